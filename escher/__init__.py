@@ -1,0 +1,89 @@
+"""escher: expressive cluster scheduling with ephemeral resources.
+
+Quick start::
+
+    import escher
+
+    with escher.init(nodes={"n1": {"CPU": 2}, "n2": {"CPU": 2}}):
+        escher.set_resource("fast-disk", 1, "n2")
+        ref = escher.launch(lambda: escher.node_id(), resources={"fast-disk": 1})
+        print(escher.get(ref))  # n2
+"""
+
+from escher._api import (
+    RemoteFunction,
+    Session,
+    cancel,
+    current_backend,
+    get,
+    get_cluster_state,
+    init,
+    is_initialized,
+    launch,
+    node_id,
+    set_resource,
+    shutdown,
+    task,
+)
+from escher.core.cluster import ClusterState, Node
+from escher.core.errors import (
+    BackendError,
+    BackendUnavailableError,
+    ConfigError,
+    EscherError,
+    GetTimeoutError,
+    NotInitializedError,
+    NotInTaskError,
+    TaskCancelledError,
+    TaskError,
+    UnknownBackendError,
+    UnknownNodeError,
+    UnschedulableError,
+    ValidationError,
+)
+from escher.core.nodespec import NodeSpec
+from escher.core.plan import Plan
+from escher.core.resources import MAX_CAPACITY, Resources
+from escher.core.task import Status, StatusCode, TaskRef, TaskState
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "MAX_CAPACITY",
+    "BackendError",
+    "BackendUnavailableError",
+    "ClusterState",
+    "ConfigError",
+    "EscherError",
+    "GetTimeoutError",
+    "Node",
+    "NodeSpec",
+    "NotInTaskError",
+    "NotInitializedError",
+    "Plan",
+    "RemoteFunction",
+    "Resources",
+    "Session",
+    "Status",
+    "StatusCode",
+    "TaskCancelledError",
+    "TaskError",
+    "TaskRef",
+    "TaskState",
+    "UnknownBackendError",
+    "UnknownNodeError",
+    "UnschedulableError",
+    "ValidationError",
+    "__version__",
+    "cancel",
+    "current_backend",
+    "get",
+    "get_cluster_state",
+    "init",
+    "is_initialized",
+    "launch",
+    "node_id",
+    "set_resource",
+    "shutdown",
+    "task",
+]

@@ -1,0 +1,135 @@
+"""Configuration: which backend, with which options.
+
+Precedence, highest first: arguments to `escher.init()`; the environment (`ESCHER_BACKEND`,
+`ESCHER_<BACKEND>_<OPTION>`, `ESCHER_CONFIG`); the first `escher.toml`, or `pyproject.toml`
+with a `[tool.escher]` table, found from the working directory upwards; the in-memory default.
+Options from all levels are merged for the chosen backend.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from escher.backends._registry import _ALIASES, known_backends
+from escher.core.errors import ConfigError, did_you_mean
+
+DEFAULT_BACKEND = "memory"
+_OTHER_TABLES = frozenset({"verify"})
+
+
+@dataclass(frozen=True)
+class Config:
+    """A resolved configuration.
+
+    Attributes:
+        backend: The backend's registry name.
+        options: Keyword options for that backend.
+        sources: Where each piece came from, for `escher backends` and error messages.
+        tables: Every table of the config file (e.g. "verify" settings).
+    """
+
+    backend: str
+    options: dict[str, Any] = field(default_factory=dict)
+    sources: tuple[str, ...] = ()
+    tables: Mapping[str, Any] = field(default_factory=dict)
+
+
+def find_config_file(start: Path | None = None) -> tuple[Path, dict[str, Any]] | None:
+    """The nearest escher.toml / pyproject.toml [tool.escher] and its escher table."""
+    here = (start or Path.cwd()).resolve()
+    for directory in (here, *here.parents):
+        candidate = directory / "escher.toml"
+        if candidate.is_file():
+            return candidate, _read_toml(candidate)
+        pyproject = directory / "pyproject.toml"
+        if pyproject.is_file():
+            table = _read_toml(pyproject).get("tool", {}).get("escher")
+            if isinstance(table, dict):
+                return pyproject, table
+    return None
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}.") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}.") from None
+
+
+def _env_value(raw: str) -> Any:
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return raw
+
+
+def resolve(
+    backend: str | None = None,
+    options: Mapping[str, Any] | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+) -> Config:
+    """Work out the backend and its options from arguments, environment and files.
+
+    Raises:
+        ConfigError: a malformed file or value, or an unknown table in the file.
+    """
+    env = os.environ if environ is None else environ
+    sources: list[str] = []
+    table: dict[str, Any] = {}
+    if env.get("ESCHER_CONFIG"):
+        path = Path(env["ESCHER_CONFIG"])
+        if not path.is_file():
+            raise ConfigError(f"ESCHER_CONFIG points to {path}, which is not a file.")
+        data = _read_toml(path)
+        table = data.get("tool", {}).get("escher", data) if path.name == "pyproject.toml" else data
+        sources.append(str(path))
+    else:
+        found = find_config_file(cwd)
+        if found is not None:
+            sources.append(str(found[0]))
+            table = found[1]
+    where = sources[0] if sources else "<config>"
+    _check_file_table(table, where)
+
+    name = backend or env.get("ESCHER_BACKEND") or table.get("backend") or DEFAULT_BACKEND
+    if not isinstance(name, str):
+        raise ConfigError(f"{where}: 'backend' must be a string, got {name!r}.")
+    name = _ALIASES.get(name, name)
+    if backend:
+        sources.append("argument")
+    elif env.get("ESCHER_BACKEND"):
+        sources.append("environment")
+
+    merged: dict[str, Any] = {}
+    file_options = table.get(name, {})
+    if not isinstance(file_options, dict):
+        raise ConfigError(f"{where}: [{name}] must be a table of options.")
+    merged.update(file_options)
+    prefix = f"ESCHER_{name.upper().replace('-', '_')}_"
+    for key, raw in env.items():
+        if key.startswith(prefix):
+            merged[key[len(prefix):].lower()] = _env_value(raw)
+    merged.update(options or {})
+    tables = {k: v for k, v in table.items() if isinstance(v, dict)}
+    return Config(backend=name, options=merged, sources=tuple(sources), tables=tables)
+
+
+def _check_file_table(table: Mapping[str, Any], where: str) -> None:
+    allowed = set(known_backends()) | set(_ALIASES) | _OTHER_TABLES | {"backend"}
+    for key in table:
+        if key not in allowed:
+            raise ConfigError(
+                f"{where}: unknown key {key!r} in the escher configuration; expected 'backend' "
+                f"or a table named after a backend.{did_you_mean(key, allowed)}"
+            )

@@ -1,0 +1,224 @@
+"""A thin JSON layer over the official client: connect, and the few calls escher makes.
+
+Every call goes through the generated `CoreV1Api` methods with ``_preload_content=False``
+and parses the body itself: plain dicts are several times cheaper than the client's models,
+and reading the whole body returns the connection to the pool.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from escher.core.errors import BackendUnavailableError, ConfigError
+
+try:
+    from kubernetes import client as k8s_client
+    from kubernetes import config as k8s_config
+    from kubernetes.client.exceptions import ApiException
+except ImportError as exc:  # pragma: no cover - exercised through the registry
+    raise ImportError(
+        "the Kubernetes backend needs the official client: pip install 'escher[k8s]'"
+    ) from exc
+
+__all__ = ["ApiException", "KubeApi", "connect"]
+
+JSON_PATCH = "application/json-patch+json"
+MERGE_PATCH = "application/merge-patch+json"
+
+
+def connect(
+    kubeconfig: str | None,
+    context: str | None,
+    in_cluster: bool,
+    pool_size: int = 32,
+) -> Any:
+    """A `kubernetes.client.ApiClient` from in-cluster config or a kubeconfig (and context).
+
+    Raises:
+        ConfigError: both in_cluster and a kubeconfig/context were given.
+        BackendUnavailableError: the configuration cannot be loaded.
+    """
+    configuration = k8s_client.Configuration()
+    loader: Any = k8s_config
+    if in_cluster and (kubeconfig or context):
+        raise ConfigError("use either in_cluster=True or a kubeconfig/context, not both.")
+    try:
+        if in_cluster:
+            loader.load_incluster_config(client_configuration=configuration)
+        else:
+            loader.load_kube_config(
+                config_file=kubeconfig, context=context, client_configuration=configuration
+            )
+    except k8s_config.ConfigException as exc:
+        where = "in-cluster service account" if in_cluster else (kubeconfig or "~/.kube/config")
+        raise BackendUnavailableError(
+            f"cannot load the Kubernetes configuration from {where}: {exc}. Pass kubeconfig=, "
+            "context= or in_cluster=True."
+        ) from None
+    except (OSError, TypeError, ValueError) as exc:
+        raise BackendUnavailableError(
+            f"cannot read the kubeconfig {kubeconfig or '~/.kube/config'}: {exc}."
+        ) from None
+    configuration.connection_pool_maxsize = pool_size
+    return k8s_client.ApiClient(configuration)
+
+
+def _body(response: Any) -> Any:
+    try:
+        data = response.data
+    finally:
+        response.release_conn()
+    return json.loads(data) if data else None
+
+
+class KubeApi:
+    """The calls escher makes, with JSON dicts in and out.
+
+    Raises `ApiException` (status set) on HTTP errors; callers map them to escher errors.
+    """
+
+    def __init__(self, api_client: Any, request_timeout: float = 30.0) -> None:
+        self.api_client = api_client
+        self.core: Any = k8s_client.CoreV1Api(api_client)
+        self.timeout = request_timeout
+
+    # --- nodes -----------------------------------------------------------------------
+    def get_node(self, name: str) -> dict[str, Any]:
+        return _body(  # type: ignore[no-any-return]
+            self.core.read_node(name, _preload_content=False, _request_timeout=self.timeout)
+        )
+
+    def list_nodes(self, label_selector: str | None = None) -> list[dict[str, Any]]:
+        found = _body(
+            self.core.list_node(
+                label_selector=label_selector,
+                _preload_content=False,
+                _request_timeout=self.timeout,
+            )
+        )
+        return list(found.get("items") or [])
+
+    def json_patch_node_status(self, name: str, ops: list[dict[str, Any]]) -> dict[str, Any]:
+        return _body(  # type: ignore[no-any-return]
+            self.core.patch_node_status(
+                name,
+                ops,
+                _content_type=JSON_PATCH,
+                _preload_content=False,
+                _request_timeout=self.timeout,
+            )
+        )
+
+    def merge_patch_node_status(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        return _body(  # type: ignore[no-any-return]
+            self.core.patch_node_status(
+                name,
+                body,
+                _content_type=MERGE_PATCH,
+                _preload_content=False,
+                _request_timeout=self.timeout,
+            )
+        )
+
+    def merge_patch_node(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        return _body(  # type: ignore[no-any-return]
+            self.core.patch_node(
+                name,
+                body,
+                _content_type=MERGE_PATCH,
+                _preload_content=False,
+                _request_timeout=self.timeout,
+            )
+        )
+
+    # --- pods ------------------------------------------------------------------------
+    def list_bound_pods(self) -> list[dict[str, Any]]:
+        """Every non-terminated pod bound to a node, in all namespaces."""
+        found = _body(
+            self.core.list_pod_for_all_namespaces(
+                field_selector="spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed",
+                _preload_content=False,
+                _request_timeout=self.timeout,
+            )
+        )
+        return list(found.get("items") or [])
+
+    def list_pods(
+        self, namespace: str, label_selector: str | None = None, field_selector: str | None = None
+    ) -> tuple[list[dict[str, Any]], str]:
+        found = _body(
+            self.core.list_namespaced_pod(
+                namespace,
+                label_selector=label_selector,
+                field_selector=field_selector,
+                _preload_content=False,
+                _request_timeout=self.timeout,
+            )
+        )
+        return list(found.get("items") or []), str(found["metadata"].get("resourceVersion", ""))
+
+    def create_pod(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        return _body(  # type: ignore[no-any-return]
+            self.core.create_namespaced_pod(
+                namespace, body, _preload_content=False, _request_timeout=self.timeout
+            )
+        )
+
+    def delete_pod(self, namespace: str, name: str, uid: str | None = None) -> bool:
+        """Delete at once (grace period 0). False if it was already gone."""
+        options: dict[str, Any] = {"gracePeriodSeconds": 0}
+        if uid:
+            options["preconditions"] = {"uid": uid}
+        try:
+            _body(
+                self.core.delete_namespaced_pod(
+                    name,
+                    namespace,
+                    body=options,
+                    grace_period_seconds=0,
+                    _preload_content=False,
+                    _request_timeout=self.timeout,
+                )
+            )
+        except ApiException as exc:
+            if exc.status in (404, 409):
+                return False
+            raise
+        return True
+
+    def watch_pods(
+        self,
+        namespace: str,
+        label_selector: str,
+        resource_version: str,
+        timeout_seconds: int,
+        on_response: Any = None,
+    ) -> Iterator[dict[str, Any]]:
+        """Stream watch events (dicts with 'type' and 'object') until the server ends it."""
+        response = self.core.list_namespaced_pod(
+            namespace,
+            label_selector=label_selector,
+            resource_version=resource_version,
+            timeout_seconds=timeout_seconds,
+            allow_watch_bookmarks=True,
+            watch=True,
+            _preload_content=False,
+            _request_timeout=(10, timeout_seconds + 10),
+        )
+        if on_response is not None:
+            on_response(response)
+        try:
+            buffer = b""
+            for chunk in response.stream(64 * 1024, decode_content=False):
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if line.strip():
+                        yield json.loads(line)
+        finally:
+            response.release_conn()
+
+    def close(self) -> None:
+        self.api_client.close()

@@ -1,0 +1,106 @@
+"""The pod escher creates for one task."""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from escher.backends.kubernetes._names import (
+    MANAGED_BY_KEY,
+    MANAGED_BY_VALUE,
+    Names,
+    format_quantity,
+)
+from escher.core.task import TaskSpec
+
+CONTAINER = "task"
+TERMINATION_LOG = "/dev/termination-log"
+RUNNER_COMMAND = ("python", "-m", "escher.backends.kubernetes.runner")
+
+
+def pod_name(task_name: str) -> str:
+    """A unique, DNS-safe pod name that shows the task's name."""
+    slug = re.sub(r"[^a-z0-9-]+", "-", task_name.lower()).strip("-")[:40].strip("-") or "task"
+    return f"escher-{slug}-{uuid.uuid4().hex[:10]}"
+
+
+def resource_block(spec: TaskSpec, names: Names) -> dict[str, dict[str, str]]:
+    """Requests and limits: extended resources need requests == limits, others requests only."""
+    requests: dict[str, str] = {}
+    limits: dict[str, str] = {}
+    for name, value in spec.resources.items():
+        k8s_name = names.to_k8s(name)
+        text = format_quantity(k8s_name, value)
+        requests[k8s_name] = text
+        if "/" in k8s_name or k8s_name not in ("cpu", "memory", "ephemeral-storage"):
+            limits[k8s_name] = text
+    block: dict[str, dict[str, str]] = {}
+    if requests:
+        block["requests"] = requests
+    if limits:
+        block["limits"] = limits
+    return block
+
+
+def build_pod(
+    *,
+    name: str,
+    namespace: str,
+    spec: TaskSpec,
+    names: Names,
+    session: str,
+    task_id: str,
+    image: str,
+    command: list[str],
+    env: Mapping[str, str],
+    node_selector: Mapping[str, str],
+    service_account: str | None,
+) -> dict[str, Any]:
+    """The pod manifest (a plain dict) for `spec`."""
+    env_list: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in env.items()]
+    env_list += [
+        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+    ]
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": 0,
+        "containers": [
+            {
+                "name": CONTAINER,
+                "image": image,
+                "command": command,
+                "env": env_list,
+                "resources": resource_block(spec, names),
+                "terminationMessagePath": TERMINATION_LOG,
+                "terminationMessagePolicy": "File",
+            }
+        ],
+    }
+    if node_selector:
+        pod_spec["nodeSelector"] = dict(node_selector)
+    if service_account:
+        pod_spec["serviceAccountName"] = service_account
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {
+                MANAGED_BY_KEY: MANAGED_BY_VALUE,
+                names.session_label: session,
+                f"{names.domain}/task": task_id,
+            },
+            "annotations": {f"{names.domain}/task-name": spec.name[:200]},
+        },
+        "spec": pod_spec,
+    }
+
+
+def node_selector_env(node_selector: Mapping[str, str]) -> str:
+    return json.dumps(dict(node_selector), sort_keys=True)

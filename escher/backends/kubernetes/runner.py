@@ -1,0 +1,87 @@
+"""The in-pod runner for Python callables: ``python -m escher.backends.kubernetes.runner``.
+
+It reads the call from ``$ESCHER_TASK``, makes a worker backend active (so the task can call
+`escher.set_resource(..., node_spec=None)` on its own node, ``$NODE_NAME`` from the downward
+API, and `escher.node_id()`), runs the call, and writes the outcome to the container's
+termination message (``$ESCHER_TERMINATION_LOG``, default ``/dev/termination-log``). The
+exit code is 0 when the call returned and 1 when it raised.
+
+Connection: the pod's service account when ``$KUBERNETES_SERVICE_HOST`` is set, else
+``$KUBECONFIG``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from contextlib import nullcontext
+from typing import Any
+
+from escher.backends.kubernetes._payload import (
+    TASK_ENV,
+    TERMINATION_MESSAGE_LIMIT,
+    decode_task,
+    encode_error,
+    encode_value,
+)
+
+DEFAULT_TERMINATION_LOG = "/dev/termination-log"
+
+
+def _write(message: str) -> None:
+    path = os.environ.get("ESCHER_TERMINATION_LOG") or DEFAULT_TERMINATION_LOG
+    data = message.encode()[:TERMINATION_MESSAGE_LIMIT]
+    with open(path, "wb") as fh:
+        fh.write(data)
+
+
+def _worker_backend() -> Any:
+    """A KubernetesBackend for this pod, or None if the cluster cannot be reached."""
+    from escher.backends.kubernetes.backend import KubernetesBackend
+
+    in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+    selector = json.loads(os.environ.get("ESCHER_K8S_NODE_SELECTOR") or "{}")
+    return KubernetesBackend(
+        kubeconfig=None if in_cluster else os.environ.get("KUBECONFIG"),
+        in_cluster=in_cluster,
+        namespace=os.environ.get("ESCHER_K8S_NAMESPACE") or "default",
+        domain=os.environ.get("ESCHER_K8S_DOMAIN") or "escher.io",
+        image=os.environ.get("ESCHER_K8S_IMAGE") or None,
+        node_selector=selector,
+        node_name=os.environ.get("NODE_NAME") or None,
+    )
+
+
+def main() -> int:
+    """Run the task of this pod; return the process exit code."""
+    name = os.environ.get("ESCHER_TASK_NAME", "task")
+    try:
+        fn, args, kwargs = decode_task(os.environ[TASK_ENV])
+    except Exception as exc:
+        _write(encode_error(exc, traceback.format_exc()))
+        return 1
+    backend = None
+    try:
+        from escher._api import _install_worker_backend
+        from escher.core.context import running_task
+
+        backend = _worker_backend()
+        _install_worker_backend(backend)
+        node = os.environ.get("NODE_NAME") or ""
+        scope = running_task(backend, node) if node else nullcontext()
+        with scope:
+            value = fn(*args, **kwargs)
+    except BaseException as exc:
+        _write(encode_error(exc, traceback.format_exc()))
+        return 1
+    finally:
+        if backend is not None:
+            backend.close()
+    _write(encode_value(value, name))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

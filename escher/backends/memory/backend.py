@@ -1,0 +1,492 @@
+"""The in-memory backend: simulated nodes, a real resource matcher, real or virtual time."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from escher.backends.base import Backend, Capability
+from escher.backends.memory._matcher import Matcher
+from escher.backends.memory._queue import PendingQueue
+from escher.backends.memory._virtual import VirtualClock
+from escher.core.clock import Clock, RealClock
+from escher.core.cluster import ClusterState, Node
+from escher.core.context import current_task, running_task
+from escher.core.errors import (
+    BackendError,
+    ConfigError,
+    GetTimeoutError,
+    NodeDiedError,
+    NotInTaskError,
+    ReservedResourceError,
+    UnknownNodeError,
+    UnschedulableError,
+    ValidationError,
+    did_you_mean,
+)
+from escher.core.nodespec import NodeSpec
+from escher.core.resources import Resources, validate_quantity
+from escher.core.task import Status, StatusCode, TaskRef, TaskSpec, task_error
+
+log = logging.getLogger("escher.memory")
+
+#: The cluster you get with no configuration: four nodes of 4 CPUs and 16 GiB.
+DEFAULT_NODES: dict[str, dict[str, float]] = {
+    f"node-{i}": {"CPU": 4, "memory": 16 * 2**30} for i in range(1, 5)
+}
+
+
+@dataclass
+class _Running:
+    ref: TaskRef
+    node_id: str
+    request: Resources
+    attempt: int
+
+
+@dataclass
+class _PendingGang:
+    refs: list[TaskRef]
+
+
+class MemoryBackend(Backend):
+    """Nodes simulated in this process; tasks are real Python callables.
+
+    Args:
+        nodes: Node id -> resources (``{"n1": {"CPU": 4}}``), or node id ->
+            ``{"resources": {...}, "labels": {...}}``. Default: `DEFAULT_NODES`.
+        virtual_clock: Simulate time: a task holds its resources for `TaskSpec.duration`
+            simulated seconds, and waiting on a result advances the simulation.
+        max_workers: Threads that run tasks in real-time mode.
+        starvation_threshold: How many younger tasks may overtake a blocked one before
+            it gets a reservation on the node closest to fitting it.
+    """
+
+    name = "memory"
+    capabilities = (
+        Capability.FRACTIONAL
+        | Capability.ATOMIC_GANG
+        | Capability.VIRTUAL_CLOCK
+        | Capability.NODE_MEMBERSHIP
+        | Capability.PYTHON_TASKS
+    )
+
+    def __init__(
+        self,
+        nodes: Mapping[str, Any] | None = None,
+        virtual_clock: bool = False,
+        max_workers: int = 64,
+        starvation_threshold: int = 32,
+    ) -> None:
+        parsed = _parse_nodes(DEFAULT_NODES if nodes is None else nodes)
+        for option, value in (("max_workers", max_workers), ("starvation_threshold",
+                                                             starvation_threshold)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"memory backend option {option} must be an int >= 1.")
+        self._lock = threading.RLock()
+        self._matcher = Matcher()
+        for node_id, (resources, labels) in parsed.items():
+            self._matcher.add_node(node_id, resources, labels)
+        self._queue = PendingQueue(starvation_threshold)
+        self._gangs: list[_PendingGang] = []
+        self._running: dict[str, _Running] = {}
+        self._virtual = bool(virtual_clock)
+        self._clock: Clock = VirtualClock() if self._virtual else RealClock()
+        self._max_workers = max_workers
+        self._body_run: _Running | None = None  # virtual clock: the body running now
+        self._added_time: dict[str, float] = {}  # task id -> add_duration() seconds
+        self._executor: ThreadPoolExecutor | None = None
+        self._closed = False
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    # --- ephemeral resources ------------------------------------------------------------
+    def _set_resource(self, label: str, capacity: float, spec: NodeSpec) -> list[str]:
+        with self._lock:
+            self._ensure_open()
+            if self._matcher.is_physical(label):
+                raise ReservedResourceError(
+                    f"{label!r} is a resource the nodes define themselves; set_resource only "
+                    "manages ephemeral labels. Pick another label."
+                )
+            targets = self._select(spec)
+            for node_id in targets:
+                self._matcher.set_capacity(node_id, label, capacity)
+            started = self._place_locked() if capacity > 0 else []
+        self._start(started)
+        return targets
+
+    def _select(self, spec: NodeSpec) -> list[str]:
+        nodes = self._matcher.nodes
+        if spec.is_local:
+            node_id = self.current_node_id()
+            if node_id is None:
+                raise NotInTaskError(
+                    "node_spec=None means 'the node this task runs on', but the caller is not "
+                    "a task of this backend. Pass a node id or a resource vector instead."
+                )
+            if node_id not in nodes:
+                raise UnknownNodeError(f"this task's node {node_id!r} has left the cluster.")
+            return [node_id]
+        if spec.node_id is not None:
+            if spec.node_id not in nodes:
+                raise UnknownNodeError(
+                    f"no node {spec.node_id!r} in the cluster.{did_you_mean(spec.node_id, nodes)}"
+                )
+            return [spec.node_id]
+        if spec.having is not None:
+            vector = spec.having
+            chosen = sorted(nid for nid, rec in nodes.items() if rec.fits(vector))
+        else:
+            wanted = dict(spec.labels or {})
+            chosen = sorted(
+                nid
+                for nid, rec in nodes.items()
+                if all(rec.labels.get(k) == v for k, v in wanted.items())
+            )
+        return chosen if spec.num_nodes is None else chosen[: spec.num_nodes]
+
+    def get_cluster_state(self) -> ClusterState:
+        with self._lock:
+            nodes = {
+                rec.id: Node(
+                    id=rec.id,
+                    total=Resources._trusted(dict(rec.total)),
+                    available=Resources._trusted(rec.available_vector()),
+                    labels=dict(rec.labels),
+                    alive=True,
+                    ephemeral=frozenset(rec.ephemeral),
+                )
+                for rec in self._matcher
+            }
+            return ClusterState(nodes=nodes, time=self._clock.now())
+
+    # --- tasks --------------------------------------------------------------------------
+    def _new_ref(self, spec: TaskSpec) -> TaskRef:
+        return TaskRef(
+            spec, canceller=self._cancel, waiter=self._advance if self._virtual else None
+        )
+
+    def _launch(self, spec: TaskSpec) -> TaskRef:
+        ref = self._new_ref(spec)
+        with self._lock:
+            self._ensure_open()
+            if not self._matcher.physically_feasible(spec.resources):
+                infeasible = self._infeasible(ref)
+            else:
+                infeasible = None
+                self._queue.push(ref, spec.resources)
+                started = self._place_locked()
+                if ref.node_id is None:
+                    ref._set_status(Status(StatusCode.UNSCHEDULABLE, self._why(spec.resources)))
+        if infeasible is not None:
+            ref._fail(infeasible)
+            return ref
+        self._start(started)
+        return ref
+
+    def _launch_gang(self, specs: list[TaskSpec]) -> list[TaskRef]:
+        refs = [self._new_ref(spec) for spec in specs]
+        with self._lock:
+            self._ensure_open()
+            errors = [
+                (ref, self._infeasible(ref))
+                for ref in refs
+                if not self._matcher.physically_feasible(ref.spec.resources)
+            ]
+            if not errors:
+                self._gangs.append(_PendingGang(refs))
+                started = self._place_locked()
+                for ref in refs:
+                    if ref.node_id is None:
+                        ref._set_status(Status(StatusCode.UNSCHEDULABLE, "gang waits for room"))
+        if errors:
+            for ref in refs:  # all or nothing: a gang with an infeasible member never runs
+                ref._fail(errors[0][1])
+            return refs
+        self._start(started)
+        return refs
+
+    def _infeasible(self, ref: TaskRef) -> UnschedulableError:
+        reason = (
+            f"no node can ever fit {ref.spec.resources.to_dict()}: node-defined resources "
+            "exceed every node's capacity"
+        )
+        ref._set_status(Status(StatusCode.INFEASIBLE, reason))
+        return task_error(reason + ". Ask for less or add a larger node.", ref, UnschedulableError)
+
+    def _why(self, request: Resources) -> str:
+        free = self._matcher._free
+        missing = [name for name in request if name not in free]
+        if missing:
+            return f"no node has {', '.join(missing)} available"
+        return f"no single node has {request.to_dict()} available"
+
+    def _place_locked(self) -> list[_Running]:
+        """Place what fits now (gangs first, then the queue); record them as running."""
+        placed: list[tuple[TaskRef, str, Resources]] = []
+        for gang in list(self._gangs):
+            spots = self._fit_gang(gang.refs)
+            if spots is not None:
+                self._gangs.remove(gang)
+                placed.extend(spots)
+        placed.extend((e.ref, nid, e.request) for e, nid in self._queue.schedule(self._matcher))
+        runs = []
+        for ref, node_id, request in placed:
+            ref._mark_running(node_id)
+            run = _Running(ref, node_id, request, ref.attempts)
+            self._running[ref.id] = run
+            runs.append(run)
+        return runs
+
+    def _fit_gang(self, refs: list[TaskRef]) -> list[tuple[TaskRef, str, Resources]] | None:
+        taken: list[tuple[TaskRef, str, Resources]] = []
+        for ref in refs:
+            node_id = self._matcher.find(ref.spec.resources)
+            if node_id is None:
+                for _, nid, request in taken:
+                    self._matcher.release(nid, request)
+                return None
+            self._matcher.allocate(node_id, ref.spec.resources)
+            taken.append((ref, node_id, ref.spec.resources))
+        return taken
+
+    def _start(self, runs: list[_Running]) -> None:
+        for run in runs:
+            if self._virtual:
+                self._clock.call_later(0.0, functools.partial(self._run_virtual, run))
+            else:
+                if self._executor is None:
+                    with self._lock:
+                        if self._executor is None:
+                            self._executor = ThreadPoolExecutor(
+                                self._max_workers, thread_name_prefix="escher-task"
+                            )
+                self._executor.submit(self._run_real, run)
+
+    def _call(self, run: _Running) -> tuple[Any, BaseException | None]:
+        spec = run.ref.spec
+        assert spec.fn is not None
+        with running_task(self, run.node_id):
+            try:
+                return spec.fn(*spec.args, **spec.kwargs), None
+            except BaseException as exc:  # the task's own failure goes to its caller
+                return None, exc
+
+    def _run_real(self, run: _Running) -> None:
+        value, error = self._call(run)
+        self._complete(run, value, error)
+
+    def _run_virtual(self, run: _Running) -> None:
+        if self._running.get(run.ref.id) is not run:
+            return
+        previous, self._body_run = self._body_run, run
+        try:
+            value, error = self._call(run)
+        finally:
+            self._body_run = previous
+        extra = self._added_time.pop(run.ref.id, 0.0)
+
+        def finish() -> None:
+            self._complete(run, value, error)
+
+        self._clock.call_later((run.ref.spec.duration or 0.0) + extra, finish)
+
+    def add_duration(self, seconds: float) -> None:
+        """Virtual clock, inside a task body: the task holds its resources `seconds` longer.
+
+        For cost models that depend on where the task landed (e.g. fetching input that lives
+        on another node), which the declared `duration` cannot know at launch.
+
+        Raises:
+            BackendError: not on a virtual clock.
+            NotInTaskError: not called from the body of one of this backend's tasks.
+            ValidationError: `seconds` is negative or not finite.
+        """
+        if not self._virtual:
+            raise BackendError("add_duration() needs the virtual clock (virtual_clock=True).")
+        run = self._body_run
+        if run is None:
+            raise NotInTaskError("add_duration() is only meaningful inside a task body.")
+        seconds = validate_quantity(seconds, what="seconds")
+        self._added_time[run.ref.id] = self._added_time.get(run.ref.id, 0.0) + seconds
+
+    def _complete(self, run: _Running, value: Any, error: BaseException | None) -> None:
+        ref, spec = run.ref, run.ref.spec
+        with self._lock:
+            if self._running.get(ref.id) is not run:
+                return  # its node died and the attempt was retried or failed already
+            del self._running[ref.id]
+            self._matcher.release(run.node_id, run.request)
+            retry = error is not None and spec.retry_exceptions and ref.attempts <= spec.max_retries
+            if retry:
+                ref._requeue(f"retrying after {type(error).__name__}")
+                self._queue.push(ref, run.request, front=True)
+            started = self._place_locked()
+        if not retry:
+            if error is None:
+                ref._finish(value)
+            else:
+                ref._fail(error)
+        self._start(started)
+
+    def _cancel(self, ref: TaskRef) -> bool:
+        with self._lock:
+            victims = [ref] if self._queue.remove(ref, self._matcher) else []
+            for gang in list(self._gangs):
+                if ref in gang.refs:
+                    self._gangs.remove(gang)
+                    victims = list(gang.refs)
+            started = self._place_locked() if victims else []
+        for victim in victims:
+            victim._cancel_now()
+        self._start(started)
+        return bool(victims)
+
+    def _advance(self, ref: TaskRef, timeout: float | None) -> None:
+        """Virtual time: run the simulation until `ref` is done, idle, or `timeout` passes."""
+        clock = self._clock
+        assert isinstance(clock, VirtualClock)
+        deadline = None if timeout is None else clock.now() + timeout
+        while not ref.done():
+            if not clock.pending():
+                if timeout is None:
+                    raise GetTimeoutError(
+                        f"the simulation is idle and task {ref.name!r} is still "
+                        f"{ref.state.value} ({ref.status}): it can never finish."
+                    )
+                clock.run_until(deadline)
+                return
+            if deadline is not None and clock._heap[0][0] > deadline:
+                clock.run_until(deadline)
+                return
+            clock.step()
+
+    def run(self, until: float | None = None) -> None:
+        """Virtual time: run the simulation until `until` (or until no event is left)."""
+        if not isinstance(self._clock, VirtualClock):
+            raise BackendError("run() needs the virtual clock (virtual_clock=True).")
+        self._clock.run_until(until)
+
+    def current_node_id(self) -> str | None:
+        """The node of the task running on this thread, if it is one of this backend's."""
+        context = current_task()
+        return context.node_id if context is not None and context.backend is self else None
+
+    # --- membership ---------------------------------------------------------------------
+    def add_node(
+        self,
+        node_id: str,
+        resources: dict[str, float],
+        labels: dict[str, str] | None = None,
+    ) -> None:
+        """Add an idle node with node-defined `resources` and `labels`."""
+        parsed = _parse_nodes({node_id: {"resources": resources, "labels": labels or {}}})
+        with self._lock:
+            self._ensure_open()
+            if node_id in self._matcher.nodes:
+                raise ValidationError(f"node {node_id!r} is already in the cluster.")
+            self._matcher.add_node(node_id, *parsed[node_id])
+            started = self._place_locked()
+        self._start(started)
+
+    def remove_node(self, node_id: str) -> None:
+        """Remove a node: its ephemeral resources vanish; its tasks are retried or fail."""
+        failed: list[tuple[TaskRef, BaseException]] = []
+        with self._lock:
+            if node_id not in self._matcher.nodes:
+                raise UnknownNodeError(
+                    f"no node {node_id!r} in the cluster."
+                    f"{did_you_mean(node_id, self._matcher.nodes)}"
+                )
+            self._matcher.remove_node(node_id)
+            for run in [r for r in self._running.values() if r.node_id == node_id]:
+                del self._running[run.ref.id]
+                if run.ref.attempts <= run.ref.spec.max_retries:
+                    run.ref._requeue(f"node {node_id} left; retrying")
+                    self._queue.push(run.ref, run.request, front=True)
+                else:
+                    failed.append(
+                        (run.ref, task_error(f"node {node_id} left the cluster", run.ref,
+                                             NodeDiedError))
+                    )
+            for entry in self._queue:
+                if not self._matcher.physically_feasible(entry.request):
+                    self._queue.remove(entry.ref, self._matcher)
+                    failed.append((entry.ref, self._infeasible(entry.ref)))
+            started = self._place_locked()
+        for ref, error in failed:
+            ref._fail(error)
+        self._start(started)
+
+    # --- lifecycle ----------------------------------------------------------------------
+    def close(self) -> None:
+        """Cancel queued tasks and stop accepting new ones; running ones finish."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            queued = [e.ref for e in self._queue]
+            for ref in queued:
+                self._queue.remove(ref, self._matcher)
+            queued += [ref for gang in self._gangs for ref in gang.refs]
+            self._gangs.clear()
+        for ref in queued:
+            ref._cancel_now()
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)
+        if isinstance(self._clock, RealClock):
+            self._clock.close()
+
+    def _ensure_open(self) -> None:
+        if self._closed:
+            raise BackendError("this memory backend is closed; call escher.init() again.")
+
+    def pending_count(self) -> int:
+        """Tasks waiting for resources (queued tasks and gang members)."""
+        with self._lock:
+            return len(self._queue) + sum(len(g.refs) for g in self._gangs)
+
+    def running_count(self) -> int:
+        """Tasks holding resources now."""
+        with self._lock:
+            return len(self._running)
+
+
+def _parse_nodes(raw: Mapping[str, Any]) -> dict[str, tuple[Resources, dict[str, str]]]:
+    """Validate the `nodes` option into id -> (resources, labels)."""
+    if isinstance(raw, Sequence) and not isinstance(raw, str):
+        try:
+            raw = {item["id"]: item for item in raw}
+        except (TypeError, KeyError):
+            raise ConfigError("nodes: a list of nodes needs an 'id' in every entry.") from None
+    if not isinstance(raw, Mapping) or not raw:
+        raise ConfigError(
+            "nodes must be a non-empty mapping of node id -> resources, "
+            "e.g. {'n1': {'CPU': 4}}."
+        )
+    parsed: dict[str, tuple[Resources, dict[str, str]]] = {}
+    for node_id, value in raw.items():
+        if not isinstance(node_id, str) or not node_id:
+            raise ConfigError(f"nodes: node ids must be non-empty strings, got {node_id!r}.")
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"nodes.{node_id}: expected a mapping of resources.")
+        if "resources" in value or "labels" in value:
+            extra = set(value) - {"resources", "labels", "id"}
+            if extra:
+                raise ConfigError(f"nodes.{node_id}: unknown key(s) {sorted(extra)}.")
+            resources, labels = value.get("resources") or {}, value.get("labels") or {}
+        else:
+            resources, labels = value, {}
+        try:
+            parsed[node_id] = (Resources(resources), {str(k): str(v) for k, v in labels.items()})
+        except (ValidationError, AttributeError) as exc:
+            raise ConfigError(f"nodes.{node_id}: {exc}") from None
+    return parsed

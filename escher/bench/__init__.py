@@ -1,0 +1,63 @@
+"""The paper's evaluation, reproduced on escher's simulator: `escher bench NAME`.
+
+Each workload (one module in `escher.bench.workloads`) runs its baselines and the escher
+policy in the same run with the same seed, on the in-memory backend's virtual clock, and
+returns a `Result`: a table with the paper's number beside ours, every model parameter,
+and a plot (matplotlib, the `plot` extra).
+
+Example::
+
+    from escher import bench
+    result = bench.run("wordcount", quick=True, seed=1)
+    for row in result.rows:
+        print(row.metric, row.paper, row.ours)
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from escher.bench._core import Meter, Result, Row
+from escher.core.errors import ValidationError, did_you_mean
+
+#: Workload name -> (module, one-line description), in the paper's order.
+WORKLOADS: dict[str, tuple[str, str]] = {
+    "alphazero": ("escher.bench.workloads.alphazero",
+                  "AlphaZero self-play: co-location + load balancing vs locality-unaware"),
+    "wordcount": ("escher.bench.workloads.wordcount",
+                  "WordCount/MapReduce at 10/50/100 nodes: generic vs native vs data-locality"),
+    "gandiva": ("escher.bench.workloads.gandiva",
+                "Gandiva-style GPU packing on a tuning workload (12 GPUs)"),
+    "gang": ("escher.bench.workloads.gang",
+             "Gang scheduling latency: native vs gang ESL vs application-level"),
+    "fairshare": ("escher.bench.workloads.fairshare",
+                  "Hierarchical fair sharing: two organisations, users arriving over time"),
+    "overhead": ("escher.bench.workloads.overhead",
+                 "Scheduling overhead vs live ephemeral resources; 1 vs 100 requested"),
+    "simulator": ("escher.bench.workloads.simulator",
+                  "Simulator speed: 100 nodes x 100,000 tasks, events per second"),
+}
+
+
+def run(name: str, *, quick: bool = False, seed: int = 0) -> Result:
+    """Run one workload and return its `Result` (no files written).
+
+    Args:
+        name: A key of `WORKLOADS`.
+        quick: A smaller instance (seconds instead of minutes).
+        seed: Seed of every random choice (durations, arrivals, jitter).
+
+    Raises:
+        ValidationError: unknown workload name.
+    """
+    if name not in WORKLOADS:
+        raise ValidationError(
+            f"no workload {name!r}; choose one of {sorted(WORKLOADS)}."
+            f"{did_you_mean(name, WORKLOADS)}"
+        )
+    module = importlib.import_module(WORKLOADS[name][0])
+    result: Result = module.run(quick=quick, seed=seed)
+    return result
+
+
+__all__ = ["WORKLOADS", "Meter", "Result", "Row", "run"]

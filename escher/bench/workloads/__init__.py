@@ -1,0 +1,1 @@
+"""One module per evaluation workload; each exposes ``run(quick, seed) -> Result``."""

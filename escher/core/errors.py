@@ -1,0 +1,142 @@
+"""The exception tree of escher. Every error the library raises derives from `EscherError`.
+
+```
+EscherError
+├── ValidationError (ValueError)       bad input; nothing was changed
+│   ├── InvalidResourceNameError       a label or resource name escher cannot use
+│   ├── InvalidCapacityError           negative, NaN, infinite, non-numeric, not integral
+│   ├── ReservedResourceError          set_resource on CPU/GPU/memory or a node-defined name
+│   ├── UnknownNodeError (LookupError) a node id that is not in the cluster
+│   ├── InvalidNodeSpecError           node_spec is not an id, a vector, labels or None
+│   └── PlanFormatError                a plan/cluster file that does not parse (names the place)
+├── ConfigError                        malformed configuration, unknown option
+│   └── UnknownBackendError            no backend of that name (also LookupError)
+├── BackendError                       the backend failed
+│   ├── BackendUnavailableError        extra not installed, or cluster unreachable
+│   ├── UnsupportedError               the backend lacks a capability (Backend.capabilities)
+│   └── ConflictError                  concurrent updates kept colliding; safe to retry
+├── NotInitializedError                escher.init() has not been called
+├── NotInTaskError                     node_spec=None / node_id() outside a task
+├── TaskError                          escher.get() on a task that produced no value
+│   ├── TaskFailedError                it raised; the exception type could not be rebuilt
+│   ├── TaskCancelledError             it was cancelled
+│   ├── NodeDiedError                  its node left and no retry remained
+│   └── UnschedulableError             no node can ever fit it (status INFEASIBLE)
+├── GetTimeoutError (TimeoutError)     escher.get() timed out; the task keeps going
+└── VerificationError                  refused to launch a plan not proven feasible
+```
+
+Exceptions raised *inside* a task reach the caller of `escher.get()` as themselves.
+"Cannot be placed right now" is not an error: it is a `Status` value on the task handle.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class EscherError(Exception):
+    """Root of every error escher raises."""
+
+
+class ValidationError(EscherError, ValueError):
+    """Bad input. The call changed nothing."""
+
+
+class InvalidResourceNameError(ValidationError):
+    """A resource name or ephemeral label escher cannot use."""
+
+
+class InvalidCapacityError(ValidationError):
+    """A capacity or quantity that is negative, NaN, infinite, non-numeric or not integral."""
+
+
+class ReservedResourceError(ValidationError):
+    """An attempt to set a resource that the node itself defines (CPU, GPU, memory, ...)."""
+
+
+class UnknownNodeError(ValidationError, LookupError):
+    """A node id that the cluster does not have (or no longer has)."""
+
+
+class InvalidNodeSpecError(ValidationError):
+    """A node_spec that is not a node id, a resource vector, a label selector or None."""
+
+
+class PlanFormatError(ValidationError):
+    """A plan or cluster description that does not parse. The message names file and place."""
+
+
+class ConfigError(EscherError):
+    """Configuration that escher cannot use."""
+
+
+class UnknownBackendError(ConfigError, LookupError):
+    """No backend is registered under that name."""
+
+
+class BackendError(EscherError):
+    """The backend failed to do what was asked."""
+
+
+class BackendUnavailableError(BackendError):
+    """A backend cannot be used here: its extra is missing or its cluster is unreachable."""
+
+
+class UnsupportedError(BackendError):
+    """The backend does not offer this capability."""
+
+
+class ConflictError(BackendError):
+    """Concurrent updates collided more often than the retry budget allows. Safe to retry."""
+
+
+class NotInitializedError(EscherError):
+    """escher.init() has not been called in this process."""
+
+
+class NotInTaskError(EscherError):
+    """A call that needs the caller's own node was made outside a task."""
+
+
+class TaskError(EscherError):
+    """A task did not produce a value."""
+
+    def __init__(self, message: str, *, task_name: str | None = None) -> None:
+        super().__init__(message)
+        self.task_name = task_name
+
+
+class TaskFailedError(TaskError):
+    """The task raised an exception that could not be rebuilt in this process."""
+
+
+class TaskCancelledError(TaskError):
+    """The task was cancelled before it finished."""
+
+
+class NodeDiedError(TaskError):
+    """The node running the task left the cluster and the task had no retries left."""
+
+
+class UnschedulableError(TaskError):
+    """No node of the cluster can ever fit the task's request."""
+
+
+class GetTimeoutError(EscherError, TimeoutError):
+    """escher.get() returned before the task finished. The task keeps running."""
+
+
+class VerificationError(EscherError):
+    """A plan was not proven feasible and the caller asked escher to refuse it."""
+
+    def __init__(self, message: str, result: object = None) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """A ' Did you mean ...?' suffix naming the closest choice, or '' when none is close."""
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f" Did you mean {close[0]!r}?" if close else ""

@@ -1,0 +1,280 @@
+"""What to run (`TaskSpec`), where it stands (`TaskState`, `Status`) and its handle (`TaskRef`)."""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from escher.core.errors import (
+    GetTimeoutError,
+    TaskCancelledError,
+    TaskError,
+    ValidationError,
+)
+from escher.core.resources import Resources, validate_quantity
+
+_task_ids = itertools.count(1)
+
+
+class TaskState(enum.Enum):
+    """Lifecycle of a task. FINISHED, FAILED and CANCELLED are final."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    FINISHED = "finished"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def final(self) -> bool:
+        """True once the task will not change state again."""
+        return self in (TaskState.FINISHED, TaskState.FAILED, TaskState.CANCELLED)
+
+
+class StatusCode(enum.Enum):
+    """Scheduling outcome of a task, in the style of the Kubernetes scheduler framework.
+
+    * SCHEDULED: placed on a node (see `TaskRef.node_id`).
+    * UNSCHEDULABLE: no node has the request available now; it waits and is retried
+      whenever resources are released or created. Includes requests for ephemeral labels
+      that no node holds yet (they may be created later).
+    * INFEASIBLE: no node of the cluster could fit the request even when idle; the task
+      fails at once with `UnschedulableError` instead of hanging.
+    * PENDING: not yet considered by the scheduler.
+    """
+
+    PENDING = "pending"
+    SCHEDULED = "scheduled"
+    UNSCHEDULABLE = "unschedulable"
+    INFEASIBLE = "infeasible"
+
+
+@dataclass(frozen=True)
+class Status:
+    """A scheduling outcome as a value: a code and a human reason."""
+
+    code: StatusCode
+    reason: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.code.value}: {self.reason}" if self.reason else self.code.value
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """Everything a backend needs to run one task.
+
+    Attributes:
+        fn: The Python callable to run (None for container tasks).
+        args: Positional arguments for `fn`.
+        kwargs: Keyword arguments for `fn`.
+        resources: The request: physical (CPU, GPU, memory) and ephemeral labels.
+        name: A name for logs and errors (defaults to the callable's name).
+        max_retries: How often to rerun the task when its node dies.
+        retry_exceptions: Also rerun (within `max_retries`) when the task raises.
+        duration: Simulated seconds the task takes (virtual-clock backends only).
+        image: Container image (container backends; Python callables use the runner image).
+        command: Container command (container backends).
+    """
+
+    fn: Callable[..., Any] | None
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    resources: Resources = field(default_factory=Resources)
+    name: str = ""
+    max_retries: int = 0
+    retry_exceptions: bool = False
+    duration: float | None = None
+    image: str | None = None
+    command: Sequence[str] | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "resources", Resources.of(self.resources))
+        if not self.name:
+            name = getattr(self.fn, "__name__", None) or (self.command or ["task"])[0]
+            object.__setattr__(self, "name", str(name))
+        if isinstance(self.max_retries, bool) or not isinstance(self.max_retries, int) or (
+            self.max_retries < 0
+        ):
+            raise ValidationError(f"max_retries must be an int >= 0, got {self.max_retries!r}.")
+        if self.duration is not None:
+            object.__setattr__(self, "duration", validate_quantity(self.duration, what="duration"))
+        if self.fn is None and not self.command:
+            raise ValidationError("a task needs a callable or a container command.")
+        if self.fn is not None and not callable(self.fn):
+            raise ValidationError(f"{self.fn!r} is not callable.")
+
+
+class TaskRef:
+    """A handle to a launched task. Backends drive it; users wait on it and cancel it.
+
+    Attributes:
+        id: Unique id within this process.
+        spec: The `TaskSpec` it runs.
+    """
+
+    def __init__(
+        self,
+        spec: TaskSpec,
+        *,
+        canceller: Callable[[TaskRef], bool] | None = None,
+        waiter: Callable[[TaskRef, float | None], None] | None = None,
+    ) -> None:
+        self.id = f"t{next(_task_ids)}"
+        self.spec = spec
+        self._canceller = canceller
+        self._waiter = waiter
+        self._cond = threading.Condition()
+        self._state = TaskState.PENDING
+        self._status = Status(StatusCode.PENDING)
+        self._node_id: str | None = None
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._attempts = 0
+        self._callbacks: list[Callable[[TaskRef], None]] = []
+
+    # --- what users read -------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        """The task's name."""
+        return self.spec.name
+
+    @property
+    def state(self) -> TaskState:
+        """Current lifecycle state."""
+        return self._state
+
+    @property
+    def status(self) -> Status:
+        """The latest scheduling outcome (code + reason)."""
+        return self._status
+
+    @property
+    def node_id(self) -> str | None:
+        """The node it runs or ran on (None until placed)."""
+        return self._node_id
+
+    @property
+    def attempts(self) -> int:
+        """How many times it was started."""
+        return self._attempts
+
+    def done(self) -> bool:
+        """True once the task reached a final state."""
+        return self._state.final
+
+    def started(self) -> bool:
+        """True once the task was placed and started (it may have finished since)."""
+        return self._attempts > 0
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the task is done or `timeout` seconds pass; True if done."""
+        if self._waiter is not None and not self.done():
+            self._waiter(self, timeout)
+        with self._cond:
+            if timeout is None:
+                while not self._state.final:
+                    self._cond.wait()
+            else:
+                self._cond.wait_for(lambda: self._state.final, timeout)
+            return self._state.final
+
+    def result(self, timeout: float | None = None) -> Any:
+        """The task's return value, waiting up to `timeout` seconds.
+
+        Raises:
+            GetTimeoutError: not done within `timeout`.
+            TaskCancelledError: the task was cancelled.
+            TaskError: a subclass saying why there is no value.
+            Exception: whatever the task itself raised.
+        """
+        if not self.wait(timeout):
+            raise GetTimeoutError(
+                f"task {self.name!r} ({self.id}) not done after {timeout}s; it is "
+                f"{self._state.value} ({self._status})."
+            )
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """The exception the task ended with, or None if it produced a value."""
+        if not self.wait(timeout):
+            raise GetTimeoutError(f"task {self.name!r} ({self.id}) not done after {timeout}s.")
+        return self._error
+
+    def cancel(self) -> bool:
+        """Cancel the task if it has not started. True if it will never run.
+
+        A task that already started is not interrupted: this returns False.
+        """
+        if self.done():
+            return self._state is TaskState.CANCELLED
+        if self._canceller is None:
+            return False
+        return self._canceller(self)
+
+    def add_done_callback(self, fn: Callable[[TaskRef], None]) -> None:
+        """Call `fn(self)` once the task is done (at once if it already is)."""
+        with self._cond:
+            if not self._state.final:
+                self._callbacks.append(fn)
+                return
+        fn(self)
+
+    def __repr__(self) -> str:
+        where = f" on {self._node_id}" if self._node_id else ""
+        return f"<TaskRef {self.id} {self.name!r} {self._state.value}{where}>"
+
+    # --- what backends call ------------------------------------------------------------
+    def _set_status(self, status: Status) -> None:
+        self._status = status
+
+    def _mark_running(self, node_id: str) -> None:
+        with self._cond:
+            self._node_id = node_id
+            self._attempts += 1
+            self._state = TaskState.RUNNING
+            self._status = Status(StatusCode.SCHEDULED, f"on {node_id}")
+
+    def _requeue(self, reason: str) -> None:
+        with self._cond:
+            self._state = TaskState.PENDING
+            self._node_id = None
+            self._status = Status(StatusCode.PENDING, reason)
+
+    def _finish(self, value: Any) -> bool:
+        return self._settle(TaskState.FINISHED, value, None)
+
+    def _fail(self, error: BaseException) -> bool:
+        return self._settle(TaskState.FAILED, None, error)
+
+    def _cancel_now(self) -> bool:
+        return self._settle(
+            TaskState.CANCELLED,
+            None,
+            TaskCancelledError(f"task {self.name!r} was cancelled.", task_name=self.name),
+        )
+
+    def _settle(self, state: TaskState, value: Any, error: BaseException | None) -> bool:
+        with self._cond:
+            if self._state.final:
+                return False
+            self._state, self._value, self._error = state, value, error
+            callbacks, self._callbacks = self._callbacks, []
+            self._cond.notify_all()
+        for callback in callbacks:
+            callback(self)
+        return True
+
+
+E = TypeVar("E", bound=TaskError)
+
+
+def task_error(message: str, ref: TaskRef, kind: type[E]) -> E:
+    """Build a `TaskError` subclass instance naming the task."""
+    return kind(f"task {ref.name!r} ({ref.id}): {message}", task_name=ref.name)

@@ -1,0 +1,54 @@
+"""ESCHER Scheduling Libraries: scheduling policies built from ephemeral resources.
+
+Each ESL turns an intent (co-locate these, spread those, run these as a gang) into
+ephemeral resources and resource requests through the backend-neutral API, so the same
+policy runs on the in-memory backend, Ray and Kubernetes. ESLs clean up what they create
+(`close()`, context manager, finaliser), declare their intent for the verifier
+(`declare(plan, ...)`) and compose: ``a & b`` (both hold) and ``a | b`` (fallback).
+
+Example (the paper's co-location + load balancing)::
+
+    with esl.LoadBalance(tasks=8) as lb, esl.CoLocation() as colo:
+        pairs = [colo.group(f"pair-{p}", 2, {"CPU": 1}, policy=lb) for p in range(4)]
+        refs = [pair.launch(work) for pair in pairs for _ in range(2)]
+"""
+
+from escher.esl._base import ESL, Action, Constraint, PlanParts, Policy, RecoveryReport
+from escher.esl._colocation import CoLocation, Group
+from escher.esl._compose import AllOf, FirstOf, Requests, SoftConstraints, SoftTaskRef
+from escher.esl._fair import Bound, FairShare, Priority, WeightedFairQueue
+from escher.esl._gang import Gang, GangRun, Member
+from escher.esl._locality import DataLocality
+from escher.esl._signal import Barrier, Event, Signals, TaskQueue
+from escher.esl._spread import AntiAffinity, BinPacking, LoadBalance
+
+__all__ = [
+    "ESL",
+    "Action",
+    "AllOf",
+    "AntiAffinity",
+    "Barrier",
+    "BinPacking",
+    "Bound",
+    "CoLocation",
+    "Constraint",
+    "DataLocality",
+    "Event",
+    "FairShare",
+    "FirstOf",
+    "Gang",
+    "GangRun",
+    "Group",
+    "LoadBalance",
+    "Member",
+    "PlanParts",
+    "Policy",
+    "Priority",
+    "RecoveryReport",
+    "Requests",
+    "Signals",
+    "SoftConstraints",
+    "SoftTaskRef",
+    "TaskQueue",
+    "WeightedFairQueue",
+]

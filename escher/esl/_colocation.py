@@ -1,0 +1,321 @@
+"""Co-location: the tasks of a group run on one node.
+
+* Known group (`CoLocation.group`): the ESL picks a node whose available resources, minus
+  what it already promised to other groups whose members have not started, cover the sum of
+  the members' requests, and sets the group's resource there with capacity = group size.
+  Members request one unit. If no node fits yet, the members wait and the ESL retries on the
+  backend's clock.
+* Unknown group (`CoLocation.unknown_group`): the first member launched creates the group's
+  resource on the node where it lands; the others request it and follow.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from escher.backends.base import Backend
+from escher.core.cluster import ClusterState
+from escher.core.errors import ValidationError
+from escher.core.plan import Colocated
+from escher.core.resources import MAX_CAPACITY, Resources
+from escher.core.task import TaskRef
+from escher.esl._base import ESL, Action, Constraint, PlanParts, Policy
+
+
+class Group(Policy):
+    """One co-location group of a `CoLocation` ESL. Launch its members with `launch`.
+
+    Attributes:
+        name: The group's name.
+        label: Its ephemeral resource.
+        size: Number of members (None for an unknown group of open size).
+        resources: Each member's own request (used when `launch` gets none).
+        node: Where a known group was placed (None while pending).
+    """
+
+    def __init__(
+        self,
+        owner: CoLocation,
+        name: str,
+        size: int | None,
+        resources: Resources,
+        policy: Policy | None,
+        known: bool,
+    ) -> None:
+        self.owner = owner
+        self.backend = owner.backend
+        self.name = name
+        self.size = size
+        self.resources = resources
+        self.policy = policy
+        self.known = known
+        self.label = owner.label(name)
+        self.node: str | None = None
+        self.refs: list[TaskRef] = []
+        self._lock = threading.Lock()
+        self._leader_issued = False
+        self._member_request: Resources | None = None
+        self.settled = False  # every member started: nothing promised any more
+
+    @property
+    def source(self) -> str:
+        kind = "group" if self.known else "unknown_group"
+        return f"{self.owner.source}.{kind}({self.name!r})"
+
+    @property
+    def member_request(self) -> Resources:
+        """One member's full request, without the group's own label."""
+        if self._member_request is None:
+            extra = self.policy.constraint().resources if self.policy else Resources()
+            self._member_request = self.resources + extra
+        return self._member_request
+
+    def _extra(self) -> Constraint:
+        return self.policy.constraint() if self.policy is not None else Constraint()
+
+    def constraint(self) -> Constraint:
+        own = Constraint(Resources({self.label: 1}), source=self.source)
+        if not self.known:
+            with self._lock:
+                first, self._leader_issued = not self._leader_issued, True
+            if first:
+                capacity = MAX_CAPACITY if self.size is None else self.size - 1
+                own = Constraint(
+                    on_start=(Action(self.label, capacity, None),) if capacity > 0 else (),
+                    source=self.source,
+                )
+        return own & self._extra()
+
+    def _recorder(self) -> Callable[[str, str, float], None] | None:
+        return self.owner._record
+
+    def launch(
+        self,
+        fn: Callable[..., Any],
+        *args: Any,
+        resources: Mapping[str, float] | None = None,
+        name: str | None = None,
+        **kwargs: Any,
+    ) -> TaskRef:
+        """Launch a member; `resources` defaults to the group's per-member request."""
+        if self.size is not None and len(self.refs) >= self.size:
+            raise ValidationError(
+                f"group {self.name!r} has {self.size} members already; make a new group."
+            )
+        return super().launch(
+            fn, *args, resources=self.resources if resources is None else resources,
+            name=name, **kwargs,
+        )
+
+    def _launched(self, ref: TaskRef) -> None:
+        with self._lock:
+            self.refs.append(ref)
+        if self.policy is not None:
+            self.policy._launched(ref)
+        if self.known and self.node is None:
+            self.owner._place_pending(self)
+
+    def pledged(self) -> Resources:
+        """What members that have not started yet will take on the group's node."""
+        if not self.known or self.size is None or self.settled:
+            return Resources()
+        started = sum(1 for r in self.refs if r.started())
+        if started >= self.size:
+            self.settled = True
+            return Resources()
+        return self.member_request * (self.size - started)
+
+    def plan_parts(self, count: int, resources: Resources) -> PlanParts:
+        parts = self.policy.plan_parts(count, resources) if self.policy else PlanParts()
+        source = self.source
+        per_member = resources + parts.request
+        size = self.size or count
+        if self.known:
+            where: Any = self.node if self.node is not None else dict(per_member * size)
+            own = PlanParts(
+                resources=[(self.label, size, where, source)],
+                request=Resources({self.label: 1}),
+            )
+        else:
+            cap = MAX_CAPACITY if self.size is None else self.size - 1
+            own = PlanParts(request=Resources({self.label: 1}))
+            own.leader = (Resources(), {self.label: cap})
+        own.intents.append(lambda names: Colocated(names, source=source))
+        return own & parts
+
+
+class CoLocation(ESL):
+    """Co-locate groups of tasks, each group on one node (known or unknown groups).
+
+    Args:
+        backend: The backend (default: the current one).
+        name: Used in labels and explanations.
+        retry_interval: Seconds between placement retries of a known group no node fits yet.
+
+    Example:
+        >>> with CoLocation() as colo:                                   # doctest: +SKIP
+        ...     ps = colo.group("ps", size=3, resources={"CPU": 1})
+        ...     refs = [ps.launch(train, i) for i in range(3)]
+    """
+
+    kind = "colo"
+
+    def __init__(
+        self,
+        backend: Backend | None = None,
+        *,
+        name: str | None = None,
+        retry_interval: float = 0.5,
+    ) -> None:
+        super().__init__(backend, name=name)
+        self.retry_interval = retry_interval
+        self.groups: dict[str, Group] = {}
+        self._open: dict[str, Group] = {}  # placed known groups still holding a promise
+        self._pending: dict[str, Group] = {}  # known groups without a node yet
+        self._retry_armed = False
+
+    def group(
+        self,
+        name: str,
+        size: int,
+        resources: Mapping[str, float] | None = None,
+        *,
+        policy: Policy | None = None,
+    ) -> Group:
+        """A known group of `size` members, each requesting `resources`.
+
+        Args:
+            name: The group's name (unique in this ESL).
+            size: How many members.
+            resources: One member's own request.
+            policy: Other policies every member also follows (AND); the group's node is
+                chosen so that all members fit under them too.
+
+        Returns:
+            The `Group`; launch members with ``group.launch(fn, ...)``.
+        """
+        group = self._new(name, size, resources, policy, known=True)
+        self._pending[name] = group
+        self._place(group)
+        return group
+
+    def unknown_group(
+        self,
+        name: str,
+        size: int | None = None,
+        *,
+        resources: Mapping[str, float] | None = None,
+        policy: Policy | None = None,
+    ) -> Group:
+        """A group placed by its first member: it lands anywhere and creates the resource.
+
+        Args:
+            name: The group's name (unique in this ESL).
+            size: Number of members if known (the resource then has size - 1 units for the
+                followers); None for an open group.
+            resources: One member's own request.
+            policy: Other policies every member also follows (AND).
+        """
+        return self._new(name, size, resources, policy, known=False)
+
+    def _new(
+        self,
+        name: str,
+        size: int | None,
+        resources: Mapping[str, float] | None,
+        policy: Policy | None,
+        known: bool,
+    ) -> Group:
+        self._check_open()
+        if not isinstance(name, str) or not name:
+            raise ValidationError(f"group name must be a non-empty string, got {name!r}.")
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+            raise ValidationError(f"group size must be an int >= 1, got {size!r}.")
+        if name in self.groups:
+            raise ValidationError(f"{self.source} already has a group {name!r}.")
+        if policy is not None and policy.backend is not self.backend:
+            raise ValidationError("the group's policy must use the same backend as the ESL.")
+        group = Group(self, name, size, Resources.of(resources), policy, known)
+        need = group.member_request * (size or 1)
+        self.own(group.label, need=need)
+        self.groups[name] = group
+        return group
+
+    def _pledges(self, exclude: Group | None = None) -> dict[str, Resources]:
+        pledged: dict[str, Resources] = {}
+        for group in list(self._open.values()):
+            if group is not exclude and group.node is not None:
+                promise = group.pledged()
+                if group.settled:
+                    self._open.pop(group.name, None)
+                elif promise:
+                    pledged[group.node] = pledged.get(group.node, Resources()) + promise
+        return pledged
+
+    def choose_node(self, need: Resources, state: ClusterState | None = None) -> str | None:
+        """The first node (by id) whose available minus pledged resources cover `need`."""
+        state = self.backend.get_cluster_state() if state is None else state
+        pledged = self._pledges()
+        for nid in sorted(state.nodes):
+            node = state.nodes[nid]
+            free = node.available - pledged.get(nid, Resources())
+            if node.alive and need.fits_in(free):
+                return nid
+        return None
+
+    def _place(self, group: Group, state: ClusterState | None = None) -> bool:
+        with self._lock:
+            if self._closed or group.node is not None:
+                return group.node is not None
+            assert group.size is not None
+            need = group.member_request * group.size
+            node = self.choose_node(need, state)
+            if node is None:
+                return False
+            group.node = node
+            self._pending.pop(group.name, None)
+            self._open[group.name] = group
+            self.set_resource(group.label, group.size, node, need=need)
+            return True
+
+    def _place_pending(self, only: Group | None = None) -> None:
+        with self._lock:
+            pending = [only] if only is not None else list(self._pending.values())
+        if not pending:
+            return
+        state = self.backend.get_cluster_state()  # one snapshot; pledges cover new groups
+        failed: set[Resources] = set()
+        waiting = False
+        for group in pending:
+            need = group.member_request * (group.size or 1)
+            if need in failed or not self._place(group, state):
+                failed.add(need)
+                waiting = waiting or bool(group.refs)
+        with self._lock:
+            arm = waiting and not self._retry_armed and not self._closed
+            self._retry_armed = self._retry_armed or arm
+        if arm:
+            self.call_later(self.retry_interval, self._retry)
+
+    def _retry(self) -> None:
+        with self._lock:
+            self._retry_armed = False
+        self._place_pending()
+
+    def plan_parts(self, count: int, resources: Resources) -> PlanParts:
+        """Every group's parts merged (declare groups one by one for per-group tasks)."""
+        parts = PlanParts()
+        for group in self.groups.values():
+            parts = parts & group.plan_parts(count, resources)
+        return parts
+
+    def recover(self, state: ClusterState | None = None) -> Any:
+        """Replay groups whose node left onto a node that fits the whole group."""
+        report = super().recover(state)
+        for label, _, target in report.restored:
+            for group in self.groups.values():
+                if group.label == label:
+                    group.node = target
+        return report

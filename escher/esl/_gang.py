@@ -1,0 +1,311 @@
+"""Gang scheduling: all members start together or none does.
+
+Two paths:
+
+* ``mode="ephemeral"`` (the paper's): one ghost task per member requests the member's
+  resources; once placed it creates a per-member label on its node and holds the resources.
+  When every ghost holds its part, the members are launched requesting only their label (the
+  ghost holds their CPUs and GPUs), so they all start at once. If the ghosts do not all land
+  within `timeout` (on the backend's clock), the attempt is rolled back: unstarted ghosts are
+  cancelled, started ones release what they hold, and the gang retries after an exponential
+  backoff with random jitter, so competing gangs neither deadlock (each holding part of what
+  the others need) nor starve (some attempt eventually runs alone). Ghosts block while they
+  hold, so this path needs a real-time backend.
+* ``mode="native"``: the backend's atomic gang placement (`Backend.launch_gang`, e.g. Ray
+  placement groups), when it has `Capability.ATOMIC_GANG`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import random
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from escher.backends.base import Backend, Capability
+from escher.core.errors import EscherError, GetTimeoutError, UnsupportedError, ValidationError
+from escher.core.plan import Gang as GangIntent
+from escher.core.resources import Resources, validate_quantity
+from escher.core.task import TaskRef, TaskSpec
+from escher.esl._base import ESL, PlanParts
+
+
+@dataclass(frozen=True)
+class Member:
+    """One member of a gang: what to run and what it needs.
+
+    Attributes:
+        fn: The task body.
+        args: Its positional arguments.
+        kwargs: Its keyword arguments.
+        resources: Its request.
+        name: Task name (default: the function's name).
+    """
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    resources: Mapping[str, float] = field(default_factory=dict)
+    name: str = ""
+
+    def spec(self, resources: Resources | None = None) -> TaskSpec:
+        """The member's `TaskSpec`, optionally with another request."""
+        return TaskSpec(
+            fn=self.fn,
+            args=tuple(self.args),
+            kwargs=dict(self.kwargs),
+            resources=Resources.of(self.resources) if resources is None else resources,
+            name=self.name or getattr(self.fn, "__name__", "member"),
+        )
+
+
+def hold_resources(label: str, alive: str, poll: float, max_hold: float) -> str:
+    """Ghost task body: create `label` here and hold this task's resources while it exists.
+
+    Returns when `label` or the attempt's `alive` label is gone from this node (rollback or
+    the member finished), or after `max_hold` seconds, and deletes `label` on the way out.
+    """
+    import escher
+
+    backend = escher.current_backend()
+    node = escher.node_id()
+    backend.set_resource(label, 1, node)
+    clock = backend.clock
+    deadline = clock.now() + max_hold
+    try:
+        while clock.now() < deadline:
+            here = backend.get_cluster_state().nodes.get(node)
+            if here is None or label not in here.total or alive not in here.total:
+                break
+            clock.sleep(poll)
+    finally:
+        with contextlib.suppress(EscherError):  # the node may have left
+            backend.set_resource(label, 0, node)
+    return node
+
+
+class GangRun:
+    """One gang's progress. `refs` holds the members' handles once they were launched.
+
+    Attributes:
+        refs: The members' `TaskRef`s (empty until the gang commits).
+        attempts: Reservation attempts so far.
+        state: "reserving", "running" (members launched), "failed" or "closed".
+        error: Why it failed, if it did.
+    """
+
+    def __init__(self, gang: Gang, members: Sequence[Member]) -> None:
+        self.gang = gang
+        self.members = tuple(members)
+        self.refs: list[TaskRef] = []
+        self.attempts = 0
+        self.state = "reserving"
+        self.error: str | None = None
+        self._cond = threading.Condition()
+
+    def _set(self, state: str, refs: list[TaskRef] | None = None, error: str = "") -> None:
+        with self._cond:
+            self.state = state
+            if refs is not None:
+                self.refs = refs
+            if error:
+                self.error = error
+            self._cond.notify_all()
+
+    def wait_started(self, timeout: float) -> bool:
+        """Block until the members were launched (True) or the gang failed/timed out."""
+        with self._cond:
+            self._cond.wait_for(lambda: self.state != "reserving", timeout)
+            return self.state == "running"
+
+    def results(self, timeout: float) -> list[Any]:
+        """The members' return values, in order.
+
+        Raises:
+            GetTimeoutError: the gang did not start or finish in time.
+            EscherError: the gang failed (its `error` says why).
+        """
+        clock = self.gang.backend.clock
+        deadline = clock.now() + timeout
+        if not self.wait_started(timeout):
+            if self.state == "reserving":
+                raise GetTimeoutError(f"gang not started after {timeout}s ({self.attempts} tries).")
+            raise EscherError(f"gang {self.state}: {self.error}")
+        return [ref.result(max(0.0, deadline - clock.now())) for ref in self.refs]
+
+
+class Gang(ESL):
+    """All-or-nothing placement of groups of tasks.
+
+    Args:
+        backend: The backend (default: the current one).
+        mode: "ephemeral" (ghost reservations, see module doc), "native" (the backend's
+            atomic gangs) or "auto" (native when the backend has it).
+        timeout: Seconds an attempt may take to reserve every member before rollback.
+        backoff: First retry delay in seconds; doubles per failed attempt, with jitter
+            (x0.5 to x1.5), up to `max_backoff`.
+        max_backoff: Cap of the retry delay.
+        max_attempts: Give up after this many attempts (None: keep trying).
+        poll: Seconds between checks of the reservation (and of the ghosts' hold).
+        max_hold: Longest a ghost holds resources (a safety bound on every wait).
+        seed: Seed of the jitter (for reproducible tests).
+        name: Used in labels and explanations.
+    """
+
+    kind = "gang"
+
+    def __init__(
+        self,
+        backend: Backend | None = None,
+        *,
+        mode: str = "auto",
+        timeout: float = 2.0,
+        backoff: float = 0.05,
+        max_backoff: float = 2.0,
+        max_attempts: int | None = None,
+        poll: float = 0.01,
+        max_hold: float = 3600.0,
+        seed: int | None = None,
+        name: str | None = None,
+    ) -> None:
+        super().__init__(backend, name=name)
+        if mode not in ("auto", "ephemeral", "native"):
+            raise ValidationError(f"mode must be 'auto', 'ephemeral' or 'native', got {mode!r}.")
+        native_ok = Capability.ATOMIC_GANG in self.backend.capabilities
+        if mode == "auto":
+            mode = "native" if native_ok else "ephemeral"
+        if mode == "native" and not native_ok:
+            raise UnsupportedError(
+                f"the {self.backend.name} backend has no atomic gangs; use mode='ephemeral'."
+            )
+        if mode == "ephemeral" and self.backend.clock.virtual:
+            raise UnsupportedError(
+                "ghost reservations hold resources by blocking, which a virtual clock cannot "
+                "do; use mode='native' (or a real-time backend)."
+            )
+        self.mode = mode
+        self.timeout = validate_quantity(timeout, what="timeout")
+        self.backoff = validate_quantity(backoff, what="backoff")
+        self.max_backoff = validate_quantity(max_backoff, what="max_backoff")
+        self.max_attempts = max_attempts
+        self.poll = validate_quantity(poll, what="poll")
+        self.max_hold = validate_quantity(max_hold, what="max_hold")
+        self._random = random.Random(seed)
+        self._serial = 0
+        self.runs: list[GangRun] = []
+
+    def launch(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> TaskRef:
+        """Not for gangs: use `run` with the list of members."""
+        raise ValidationError("a gang launches its members together: use Gang.run([...]).")
+
+    def run(self, members: Sequence[Member]) -> GangRun:
+        """Start reserving for `members`; they all start together, or none does.
+
+        Returns:
+            A `GangRun`; ``run.results(timeout)`` waits for the members' values.
+        """
+        self._check_open()
+        members = list(members)
+        if not members or not all(isinstance(m, Member) for m in members):
+            raise ValidationError("a gang needs one or more escher.esl.Member entries.")
+        run = GangRun(self, members)
+        self.runs.append(run)
+        if self.mode == "native":
+            run.attempts = 1
+            run._set("running", self.backend.launch_gang([m.spec() for m in members]))
+            return run
+        self._attempt(run)
+        return run
+
+    # --- the ghost-reservation protocol --------------------------------------------------
+    def _attempt(self, run: GangRun) -> None:
+        if self._closed:
+            run._set("closed", error="the Gang ESL was closed")
+            return
+        run.attempts += 1
+        with self._lock:
+            self._serial += 1
+            tag = f"{self._serial}"
+        alive = self.label(f"{tag}-alive")
+        labels = [self.own(self.label(f"{tag}-m{i}"), restorable=False,
+                           why_not="a gang reservation is not moved")
+                  for i in range(len(run.members))]
+        state = self.backend.get_cluster_state()
+        for nid in sorted(state.nodes):
+            self.set_resource(alive, 1, nid, restorable=False)
+        ghosts = [
+            self.backend.launch(
+                TaskSpec(
+                    fn=hold_resources,
+                    args=(label, alive, self.poll, self.max_hold),
+                    resources=Resources.of(member.resources),
+                    name=f"ghost-{member.name or getattr(member.fn, '__name__', 'member')}",
+                )
+            )
+            for member, label in zip(run.members, labels, strict=True)
+        ]
+        deadline = self.backend.clock.now() + self.timeout
+        attempt = _Attempt(run, alive, labels, ghosts, deadline)
+        self.call_later(self.poll, lambda: self._check(attempt))
+
+    def _check(self, attempt: _Attempt) -> None:
+        if self._closed:
+            attempt.run._set("closed", error="the Gang ESL was closed")
+            return
+        state = self.backend.get_cluster_state()
+        held = [bool(state.holding(label)) for label in attempt.labels]
+        if all(held):
+            self._commit(attempt)
+        elif self.backend.clock.now() >= attempt.deadline or any(
+            g.done() and g.exception(0) is not None for g in attempt.ghosts
+        ):
+            self._rollback(attempt)
+        else:
+            self.call_later(self.poll, lambda: self._check(attempt))
+
+    def _commit(self, attempt: _Attempt) -> None:
+        refs = []
+        for member, label in zip(attempt.run.members, attempt.labels, strict=True):
+            ref = self.backend.launch(member.spec(Resources({label: 1})))
+            ref.add_done_callback(functools.partial(self._member_done, label, attempt))
+            refs.append(ref)
+        attempt.run._set("running", refs)
+
+    def _member_done(self, label: str, attempt: _Attempt, _ref: TaskRef) -> None:
+        with self._lock:
+            attempt.finished += 1
+            last = attempt.finished == len(attempt.labels)
+        self.forget(label)  # its ghost sees the label gone and releases the resources
+        if last:
+            self.forget(attempt.alive)
+
+    def _rollback(self, attempt: _Attempt) -> None:
+        for ghost in attempt.ghosts:
+            ghost.cancel()  # True: it never runs; False: it runs and sees `alive` gone
+        self.forget(attempt.alive)
+        for label in attempt.labels:
+            self.forget(label)
+        run = attempt.run
+        if self.max_attempts is not None and run.attempts >= self.max_attempts:
+            run._set("failed", error=f"not all members placed in {run.attempts} attempts")
+            return
+        delay = min(self.max_backoff, self.backoff * 2 ** (run.attempts - 1))
+        delay *= self._random.uniform(0.5, 1.5)
+        self.call_later(delay, lambda: self._attempt(run))
+
+    def plan_parts(self, count: int, resources: Resources) -> PlanParts:
+        source = self.source
+        return PlanParts(intents=[lambda names: GangIntent(names, source=source)])
+
+
+@dataclass
+class _Attempt:
+    run: GangRun
+    alive: str
+    labels: list[str]
+    ghosts: list[TaskRef]
+    deadline: float
+    finished: int = 0

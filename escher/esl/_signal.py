@@ -1,0 +1,193 @@
+"""The paper's primitives: task signalling (events, barriers) and queues.
+
+* An event is a label that does not exist until a setter task finishes (or the application
+  calls `set()`); waiter tasks request it, so they wait until then. The setter creates it on
+  every node with unbounded capacity, so any number of waiters run anywhere.
+* A barrier has one label per party; a task "after" the barrier requests all of them.
+* A queue is a label whose per-node capacity is the drain rate: 0 holds every task, k lets at
+  most k of them run per node at once.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+
+from escher.backends.base import Backend
+from escher.core.errors import ValidationError
+from escher.core.nodespec import NodeSpecLike
+from escher.core.plan import SpreadAtMost
+from escher.core.resources import MAX_CAPACITY, Resources
+from escher.esl._base import ESL, Action, Constraint, Policy, node_ids
+from escher.esl._fair import Bound
+
+_EVERYWHERE: dict[str, float] = {}  # node_spec {}: every alive node
+
+
+class _Setter(Policy):
+    def __init__(self, owner: ESL, labels: Iterable[str], source: str) -> None:
+        self.owner = owner
+        self.backend = owner.backend
+        self.labels = tuple(labels)
+        self._source = source
+
+    @property
+    def source(self) -> str:
+        return self._source
+
+    def constraint(self) -> Constraint:
+        return Constraint(
+            on_done=tuple(Action(label, MAX_CAPACITY, _EVERYWHERE) for label in self.labels),
+            source=self._source,
+        )
+
+    def _recorder(self) -> object:  # type: ignore[override]
+        return self.owner._recorder()
+
+
+class Event:
+    """One event of a `Signals` ESL.
+
+    Attributes:
+        label: The event's label.
+        setter: Policy: a task launched through it sets the event when it returns.
+        waiter: Policy: a task launched through it starts only once the event is set.
+    """
+
+    def __init__(self, owner: Signals, name: str) -> None:
+        self.owner = owner
+        self.name = name
+        self.label = owner.own(owner.label(f"ev-{name}"), restorable=False,
+                               why_not="an event is set again by its setter")
+        self.setter = _Setter(owner, [self.label], f"{owner.source}.event({name!r}).setter")
+        self.waiter = Bound(owner, {self.label: 1}, f"{owner.source}.event({name!r}).waiter")
+
+    def set(self) -> None:
+        """Set the event from the application (releases every waiter)."""
+        self.owner.set_resource(self.label, MAX_CAPACITY, _EVERYWHERE, restorable=False)
+
+    def clear(self) -> None:
+        """Unset it: later waiters wait again (running ones are not affected)."""
+        self.owner.forget(self.label)
+        self.owner.own(self.label, restorable=False)
+
+    def is_set(self) -> bool:
+        """True if some node holds the event's label."""
+        return bool(self.owner.backend.get_cluster_state().holding(self.label))
+
+
+class Signals(ESL):
+    """Task signalling: named events that tasks set and wait for.
+
+    Example:
+        >>> sig = Signals()                                              # doctest: +SKIP
+        >>> loaded = sig.event("loaded")
+        >>> loaded.setter.launch(load_data); loaded.waiter.launch(train)
+    """
+
+    kind = "sig"
+
+    def __init__(self, backend: Backend | None = None, *, name: str | None = None) -> None:
+        super().__init__(backend, name=name)
+        self.events: dict[str, Event] = {}
+
+    def event(self, name: str) -> Event:
+        """The event called `name` (created on first use)."""
+        self._check_open()
+        if name not in self.events:
+            self.events[name] = Event(self, name)
+        return self.events[name]
+
+
+class Barrier(ESL):
+    """`parties` tasks must finish before any task launched through `after` starts.
+
+    Attributes:
+        after: Policy for the tasks behind the barrier.
+    """
+
+    kind = "bar"
+
+    def __init__(
+        self, parties: int, backend: Backend | None = None, *, name: str | None = None
+    ) -> None:
+        if isinstance(parties, bool) or not isinstance(parties, int) or parties < 1:
+            raise ValidationError(f"parties must be an int >= 1, got {parties!r}.")
+        super().__init__(backend, name=name)
+        self.parties = parties
+        self.labels = [
+            self.own(self.label(f"p{i}"), restorable=False, why_not="set again by its party")
+            for i in range(parties)
+        ]
+        self._next = 0
+        self._count_lock = threading.Lock()
+        self.after = Bound(self, {label: 1 for label in self.labels}, f"{self.source}.after")
+
+    def constraint(self) -> Constraint:
+        """A party's constraint: the next party's label is set when the task returns."""
+        with self._count_lock:
+            if self._next >= self.parties:
+                raise ValidationError(f"{self.source} already has {self.parties} parties.")
+            index, self._next = self._next, self._next + 1
+        return Constraint(
+            on_done=(Action(self.labels[index], MAX_CAPACITY, _EVERYWHERE),),
+            source=f"{self.source}.party[{index}]",
+        )
+
+    def passed(self) -> bool:
+        """True once every party finished."""
+        state = self.backend.get_cluster_state()
+        return all(state.holding(label) for label in self.labels)
+
+
+class TaskQueue(ESL):
+    """A queue: at most `rate` of its tasks run per node at once; 0 holds them all.
+
+    Args:
+        backend: The backend (default: the current one).
+        rate: Initial drain rate per node (default 0: paused).
+        nodes: Node ids or a selector (default: every alive node).
+        name: Used in labels and explanations.
+    """
+
+    kind = "queue"
+
+    def __init__(
+        self,
+        backend: Backend | None = None,
+        *,
+        rate: int = 0,
+        nodes: Iterable[str] | NodeSpecLike | None = None,
+        name: str | None = None,
+    ) -> None:
+        super().__init__(backend, name=name)
+        self.nodes = tuple(node_ids(self.backend, nodes))
+        self.unit = self.own(self.label("q"))
+        self.rate = 0
+        self.set_rate(rate)
+
+    def set_rate(self, rate: int) -> None:
+        """Let at most `rate` queued tasks run per node at once (0 pauses the queue)."""
+        if isinstance(rate, bool) or not isinstance(rate, int) or rate < 0:
+            raise ValidationError(f"rate must be an int >= 0, got {rate!r}.")
+        self._check_open()
+        for node in self.nodes:
+            self.set_resource(self.unit, rate, node)
+        self.rate = rate
+
+    def pause(self) -> None:
+        """Hold every task that has not started."""
+        self.set_rate(0)
+
+    def constraint(self) -> Constraint:
+        return Constraint(Resources({self.unit: 1}), source=self.source)
+
+    def plan_parts(self, count: int, resources: Resources) -> object:  # type: ignore[override]
+        from escher.esl._base import PlanParts
+
+        source, rate = self.source, max(self.rate, 1)
+        return PlanParts(
+            [(self.unit, self.rate, n, source) for n in self.nodes if self.rate > 0],
+            Resources({self.unit: 1}),
+            intents=[lambda names: SpreadAtMost(names, source=source, per_node=rate)],
+        )

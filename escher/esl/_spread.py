@@ -1,0 +1,334 @@
+"""Spreading and packing: anti-affinity, static and dynamic load balancing, bin-packing."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from escher.backends.base import Backend
+from escher.core.cluster import ClusterState
+from escher.core.errors import ValidationError
+from escher.core.nodespec import NodeSpecLike
+from escher.core.plan import PinnedTo, Separated, SpreadAtMost
+from escher.core.resources import MAX_CAPACITY, Resources
+from escher.core.task import TaskRef
+from escher.esl._base import ESL, Constraint, PlanParts, build_spec, node_ids, split_options
+
+
+def _positive_int(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValidationError(f"{what} must be an int >= 1, got {value!r}.")
+    return value
+
+
+class _PerNode(ESL):
+    """An ESL with one label set to the same capacity on each node of a node set."""
+
+    def __init__(
+        self,
+        backend: Backend | None,
+        name: str | None,
+        nodes: Iterable[str] | NodeSpecLike | None,
+        per_node: int,
+    ) -> None:
+        super().__init__(backend, name=name)
+        self.nodes = tuple(node_ids(self.backend, nodes))
+        if not self.nodes:
+            raise ValidationError(f"{self.source}: the node selection matched no node.")
+        self._explicit_nodes = nodes is not None
+        self.per_node = per_node
+        self.unit = self.label("unit")
+        self._apply(per_node)
+
+    def _apply(self, per_node: int) -> None:
+        self.per_node = per_node
+        for node in self.nodes:
+            self.set_resource(self.unit, per_node, node)
+
+    def constraint(self) -> Constraint:
+        return Constraint(Resources({self.unit: 1}), source=self.source)
+
+    def _eligible_nodes(self, state: ClusterState) -> list[str]:
+        if self._explicit_nodes:
+            return [n for n in self.nodes if n in state.nodes]
+        return sorted(state.nodes)
+
+    def _resources_parts(self) -> list[tuple[str, float, NodeSpecLike, str]]:
+        return [
+            (label, cap, node, self.source)
+            for label, caps in self.ledger().items()
+            for node, cap in caps.items()
+        ]
+
+
+class AntiAffinity(_PerNode):
+    """At most `per_node` of its tasks on any node at the same time (one by default).
+
+    Args:
+        backend: The backend (default: the current one).
+        per_node: Units per node.
+        nodes: Node ids or a selector to spread over (default: every alive node).
+        ghost: For long-running tasks (per_node 1 only): a short ghost task takes a node's
+            unit (sets it to 0 there) and creates a per-task resource; the real task requests
+            only that. The unit comes back when the task finishes.
+        name: Used in labels and explanations.
+    """
+
+    kind = "aa"
+
+    def __init__(
+        self,
+        backend: Backend | None = None,
+        *,
+        per_node: int = 1,
+        nodes: Iterable[str] | NodeSpecLike | None = None,
+        ghost: bool = False,
+        name: str | None = None,
+    ) -> None:
+        per_node = _positive_int(per_node, "per_node")
+        if ghost and per_node != 1:
+            raise ValidationError("ghost anti-affinity takes per_node=1 only.")
+        self.ghost = bool(ghost)
+        self._taken: set[str] = set()
+        self._ghost_ids = 0
+        super().__init__(backend, name, nodes, per_node)
+
+    def plan_parts(self, count: int, resources: Resources) -> PlanParts:
+        source = self.source
+        per_node = self.per_node
+        if per_node == 1:
+            def intent(names: tuple[str, ...]) -> Any:
+                return Separated(names, source=source)
+        else:
+            def intent(names: tuple[str, ...]) -> Any:
+                return SpreadAtMost(names, source=source, per_node=per_node)
+        return PlanParts(self._resources_parts(), Resources({self.unit: 1}), intents=[intent])
+
+    def launch(
+        self,
+        fn: Callable[..., Any],
+        *args: Any,
+        resources: Mapping[str, float] | None = None,
+        name: str | None = None,
+        **kwargs: Any,
+    ) -> TaskRef:
+        """Launch `fn` so that no other task of this ESL shares its node (see class doc)."""
+        if not self.ghost:
+            return super().launch(fn, *args, resources=resources, name=name, **kwargs)
+        self._check_open()
+        with self._lock:
+            self._ghost_ids += 1
+            task_label = self.own(self.label(f"t{self._ghost_ids}"), restorable=False,
+                                  why_not="its task ran there")
+        ghost = self.backend.launch(
+            build_spec(_take_unit, (self.unit, task_label), {}, Constraint(
+                Resources({self.unit: 1})), None, f"ghost-{name or fn.__name__}",
+                self._record)
+        )
+        options = split_options(kwargs)
+        spec = build_spec(
+            fn, args, kwargs, Constraint(Resources({task_label: 1})), resources, name,
+            **options,
+        )
+        ref = self.backend.launch(spec)
+        ghost.add_done_callback(lambda g: self._ghost_done(g, ref, task_label))
+        return ref
+
+    def _ghost_done(self, ghost: TaskRef, ref: TaskRef, task_label: str) -> None:
+        node = ghost.node_id
+        if node is None or ghost.exception(0) is not None:
+            ref.cancel()
+            return
+        with self._lock:
+            self._taken.add(node)
+            self._record(self.unit, node, 0)
+        ref.add_done_callback(lambda r: self._give_back(node, task_label))
+
+    def _give_back(self, node: str, task_label: str) -> None:
+        with self._lock:
+            self._taken.discard(node)
+            if self._closed:
+                return
+        self.forget(task_label)
+        if node in self.backend.get_cluster_state().nodes:
+            self.set_resource(self.unit, self.per_node, node)
+
+    def _eligible_nodes(self, state: ClusterState) -> list[str]:
+        return [n for n in super()._eligible_nodes(state) if n not in self._taken]
+
+
+def _take_unit(unit: str, task_label: str) -> str:
+    """Ghost task body: take this node's anti-affinity unit, leave a per-task resource."""
+    import escher
+
+    escher.set_resource(unit, 0)
+    escher.set_resource(task_label, 1)
+    return escher.node_id()
+
+
+class LoadBalance(_PerNode):
+    """At most `per_node` of its tasks per node; static or adjusted by a monitor.
+
+    Args:
+        backend: The backend (default: the current one).
+        tasks: Expected number of tasks: per_node = ceil(tasks / nodes) (static balancing).
+        per_node: Or give the per-node cap directly (default 1 when dynamic).
+        nodes: Node ids or a selector (default: every alive node).
+        dynamic: Run a monitor on the backend's clock every `interval` seconds while tasks
+            of this ESL are unfinished: it raises the cap by one on every node when every
+            node is full and tasks wait, and lowers it by one when every node has a free unit.
+        interval: Seconds between monitor rounds.
+        name: Used in labels and explanations.
+    """
+
+    kind = "lb"
+
+    def __init__(
+        self,
+        backend: Backend | None = None,
+        *,
+        tasks: int | None = None,
+        per_node: int | None = None,
+        nodes: Iterable[str] | NodeSpecLike | None = None,
+        dynamic: bool = False,
+        interval: float = 1.0,
+        name: str | None = None,
+    ) -> None:
+        if tasks is not None and per_node is not None:
+            raise ValidationError("give tasks= or per_node=, not both.")
+        if tasks is None and per_node is None and not dynamic:
+            raise ValidationError("give tasks= (expected task count) or per_node=.")
+        self.dynamic = bool(dynamic)
+        self.interval = float(interval)
+        self.history: list[tuple[float, int]] = []
+        self._refs: list[TaskRef] = []
+        self._armed = False
+        self._tasks = tasks
+        if per_node is not None:
+            start = _positive_int(per_node, "per_node")
+        elif tasks is not None:
+            _positive_int(tasks, "tasks")
+            start = 0  # set once the node count is known
+        else:
+            start = 1
+        super().__init__(backend, name, nodes, max(start, 1))
+        if tasks is not None:
+            self._apply(math.ceil(tasks / len(self.nodes)))
+        self.history.append((self.backend.clock.now(), self.per_node))
+
+    def plan_parts(self, count: int, resources: Resources) -> PlanParts:
+        source, per_node = self.source, self.per_node
+        return PlanParts(
+            self._resources_parts(),
+            Resources({self.unit: 1}),
+            intents=[lambda names: SpreadAtMost(names, source=source, per_node=per_node)],
+        )
+
+    def _launched(self, ref: TaskRef) -> None:
+        if not self.dynamic:
+            return
+        with self._lock:
+            self._refs.append(ref)
+            arm = not self._armed
+            self._armed = True
+        if arm:
+            self.call_later(self.interval, self._monitor)
+
+    def _monitor(self) -> None:
+        with self._lock:
+            self._refs = [r for r in self._refs if not r.done()]
+            waiting = any(not r.started() for r in self._refs)
+            active = bool(self._refs)
+            self._armed = active
+        if not active:
+            return
+        state = self.backend.get_cluster_state()
+        free = [
+            state.nodes[n].available.get(self.unit, 0.0) for n in self.nodes if n in state.nodes
+        ]
+        if free and waiting and all(f < 1 for f in free):
+            self._apply(self.per_node + 1)
+        elif free and self.per_node > 1 and all(f >= 1 for f in free):
+            self._apply(self.per_node - 1)
+        else:
+            self.call_later(self.interval, self._monitor)
+            return
+        self.history.append((self.backend.clock.now(), self.per_node))
+        self.call_later(self.interval, self._monitor)
+
+
+class BinPacking(ESL):
+    """Pack tasks onto as few nodes as possible: a growing set of pack nodes.
+
+    A task runs only on nodes of the set (they carry the pack resource). A node joins the set
+    only when the task fits on none of the set's nodes right now; it is the first node by id
+    that fits.
+
+    Args:
+        backend: The backend (default: the current one).
+        name: Used in labels and explanations.
+    """
+
+    kind = "pack"
+
+    def __init__(self, backend: Backend | None = None, *, name: str | None = None) -> None:
+        super().__init__(backend, name=name)
+        self.unit = self.label("set")
+        self.own(self.unit)
+        self.pack_nodes: list[str] = []
+        self._pending: list[tuple[TaskRef, Resources]] = []
+
+    def constraint(self) -> Constraint:
+        return Constraint(Resources({self.unit: 1}), source=self.source)
+
+    def _grow_for(self, request: Resources) -> None:
+        state = self.backend.get_cluster_state()
+        self._pending = [(r, q) for r, q in self._pending if not r.started() and not r.done()]
+        promised = Resources()
+        for _, q in self._pending:
+            promised = promised + q
+        members = [n for n in self.pack_nodes if n in state.nodes]
+        for nid in members:
+            if (request + promised).fits_in(state.nodes[nid].available):
+                return
+        for nid in sorted(state.nodes):
+            if nid not in members and request.fits_in(state.nodes[nid].available):
+                self.pack_nodes.append(nid)
+                self.set_resource(self.unit, MAX_CAPACITY, nid)
+                return
+        if not any(request.fits_in(state.nodes[n].total) for n in members):
+            for nid in sorted(state.nodes):  # nothing fits now: add one that could ever fit
+                if nid not in members and request.fits_in(state.nodes[nid].total):
+                    self.pack_nodes.append(nid)
+                    self.set_resource(self.unit, MAX_CAPACITY, nid)
+                    return
+
+    def launch(
+        self,
+        fn: Callable[..., Any],
+        *args: Any,
+        resources: Mapping[str, float] | None = None,
+        name: str | None = None,
+        **kwargs: Any,
+    ) -> TaskRef:
+        """Launch `fn` on a pack node, growing the set if it fits none of them now."""
+        self._check_open()
+        request = Resources.of(resources)
+        with self._lock:
+            self._grow_for(request + self.constraint().resources - Resources({self.unit: 1}))
+            ref = super().launch(fn, *args, resources=request, name=name, **kwargs)
+            if not ref.started():
+                self._pending.append((ref, request))
+        return ref
+
+    def plan_parts(self, count: int, resources: Resources) -> PlanParts:
+        source = self.source
+        nodes = tuple(self.pack_nodes)
+        parts = PlanParts(
+            [(self.unit, MAX_CAPACITY, n, source) for n in nodes],
+            Resources({self.unit: 1}),
+        )
+        if nodes:
+            parts.intents.append(lambda names: PinnedTo(names, source=source, nodes=nodes))
+        return parts

@@ -1,0 +1,1 @@
+"""Test helpers shipped with escher: the backend conformance suite (needs pytest)."""

@@ -1,0 +1,331 @@
+"""Fast witness search on a `Problem`: first-fit decreasing over classes of identical items.
+
+A placement found here proves feasibility only once a checker accepts it. `check` is the
+problem-level checker (used for sub-problems); the plan-level independent checker is
+`escher.verify._check`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+
+from escher.verify._model import Item, Problem
+
+#: Per item: the node index of each of its `mult` copies.
+Placement = list[list[int]]
+
+
+class Timeout(Exception):
+    """The deadline passed."""
+
+
+def classes(p: Problem) -> dict[tuple[object, ...], list[int]]:
+    """Shape -> indices of the interchangeable items of that shape."""
+    out: dict[tuple[object, ...], list[int]] = defaultdict(list)
+    for i, it in enumerate(p.items):
+        out[it.shape()].append(i)
+    return out
+
+
+class _Packer:
+    """Mutable per-node usage during a greedy pass or a check."""
+
+    def __init__(self, p: Problem) -> None:
+        self.p = p
+        self.used: dict[str, dict[int, list[int]]] = {g: {} for g in p.groups}
+        self.creators: dict[int, dict[int, int]] = {}
+        self.tags: dict[int, dict[str, int]] = {}
+
+    def capn(self, n: int, extra: dict[int, int] | None = None) -> list[int | None]:
+        cap: list[int | None] = list(self.p.cap[n])
+        made = dict(self.creators.get(n, {}))
+        for r, c in (extra or {}).items():
+            made[r] = max(made.get(r, 0), c)
+        for r, c in made.items():
+            cap[r] = max(0, c - self.p.held[n][r])
+        return cap
+
+    def fit(self, it: Item, n: int, want: int) -> int:
+        """How many copies of `it` (up to `want`) fit on node `n` now."""
+        if it.allowed is not None and n not in it.allowed:
+            return 0
+        cap = self.capn(n, it.creates)
+        for r, q in enumerate(it.single):
+            c = cap[r]
+            if q and c is not None and q > c:
+                return 0
+        k = want
+        for g, load in it.loads.items():
+            u = self.used[g].get(n)
+            for r, q in enumerate(load):
+                if q:
+                    c = cap[r]
+                    if c is None:
+                        continue
+                    k = min(k, (c - (u[r] if u else 0)) // q)
+                    if k <= 0:
+                        return 0
+        if it.creates:
+            # A creation replaces the label's capacity: what is already there must still fit.
+            for g in self.p.groups:
+                u = self.used[g].get(n)
+                if u is None:
+                    continue
+                for r in it.creates:
+                    c = cap[r]
+                    if c is not None and u[r] + k * it.loads.get(g, (0,) * len(cap))[r] > c:
+                        return 0
+        if it.tags:
+            have = self.tags.get(n, {})
+            for lid, cnt in it.tags.items():
+                lim = self.p.limits[lid][0]
+                k = min(k, (lim - have.get(lid, 0)) // cnt)
+                if k <= 0:
+                    return 0
+        return max(k, 0)
+
+    def place(self, it: Item, n: int, k: int) -> None:
+        nres = len(self.p.resources)
+        for g, load in it.loads.items():
+            u = self.used[g].setdefault(n, [0] * nres)
+            for r, q in enumerate(load):
+                if q:
+                    u[r] += q * k
+        if it.creates:
+            made = self.creators.setdefault(n, {})
+            for r, c in it.creates.items():
+                made[r] = max(made.get(r, 0), c)
+        if it.tags:
+            have = self.tags.setdefault(n, {})
+            for lid, cnt in it.tags.items():
+                have[lid] = have.get(lid, 0) + cnt * k
+
+
+def _order_nodes(p: Problem, it: Item, strategy: str = "align") -> list[int]:
+    """Candidate nodes for `it`, type by type.
+
+    Types that waste the fewest scarce resources (ones the item does not need) come first;
+    ties go to the type whose capacity vector is best aligned with the request ("align"),
+    the largest ("big") or the type order ("plain").
+    """
+    nres = len(p.resources)
+    holders = [sum(1 for c in p.cap if c[r] is None or c[r]) or 1 for r in range(nres)]
+    totals = [sum(c[r] or 0 for c in p.cap) or 1 for r in range(nres)]
+    need = [max([it.single[r], *(load[r] for load in it.loads.values())]) for r in range(nres)]
+    scored = []
+    for t, nt in enumerate(p.types):
+        waste = sum(1.0 / holders[r] for r in range(nres)
+                    if not need[r] and (nt.cap[r] is None or nt.cap[r]))
+        capn = [(totals[r] if (cr := nt.cap[r]) is None else cr) / totals[r]
+                for r in range(nres)]
+        if strategy == "align":
+            reqn = [need[r] / totals[r] for r in range(nres)]
+            dot = sum(a * b for a, b in zip(reqn, capn, strict=True))
+            norm = (sum(a * a for a in reqn) * sum(b * b for b in capn)) ** 0.5 or 1.0
+            tie = -dot / norm
+        elif strategy == "big":
+            tie = -sum(capn)
+        else:
+            tie = 0.0
+        scored.append((round(waste, 9), tie, t))
+    scored.sort()
+    out: list[int] = []
+    for *_, t in scored:
+        out.extend(p.types[t].nodes)
+    return out
+
+
+#: Node orders `greedy` can use; `decide` tries them in turn.
+STRATEGIES = ("spread", "align", "big", "plain")
+
+
+def _size(p: Problem, it: Item) -> float:
+    nres = len(p.resources)
+    totals = [sum(c[r] or 0 for c in p.cap) or 1 for r in range(nres)]
+    best = 0.0
+    for load in [*it.loads.values(), it.single]:
+        for r, q in enumerate(load):
+            best = max(best, q / totals[r])
+    return best * sum(1 for _ in it.members)
+
+
+def greedy(
+    p: Problem,
+    *,
+    targets: Mapping[int, Sequence[tuple[Sequence[int], int]]] | None = None,
+    deadline: float | None = None,
+    strategy: str = "align",
+) -> Placement | None:
+    """First-fit decreasing. `targets`: item -> [(nodes, copies)] to pack into given nodes.
+
+    Returns:
+        A placement (not yet checked) or None when the heuristic got stuck.
+    """
+    packer = _Packer(p)
+    placement: Placement = [[] for _ in p.items]
+    offsets: dict[int, int] = {}
+    created = p.created
+    cls = classes(p)
+
+    def key(shape_items: tuple[tuple[object, ...], list[int]]) -> tuple[float, ...]:
+        it = p.items[shape_items[1][0]]
+        requests_created = any(load[r] for load in it.loads.values() for r in created) or any(
+            it.single[r] for r in created
+        )
+        constrained = it.allowed is not None or bool(it.tags)
+        return (
+            0 if it.creates else 1,
+            1 if requests_created else 0,
+            0 if constrained else 1,
+            -_size(p, it),
+        )
+
+    for _shape, idxs in sorted(cls.items(), key=key):
+        it = p.items[idxs[0]]
+        if targets is None:
+            jobs: list[tuple[Sequence[int], int]] = [
+                (_order_nodes(p, it, "align" if strategy == "spread" else strategy),
+                 sum(p.items[i].mult for i in idxs))
+            ]
+        else:
+            jobs = [job for i in idxs for job in targets.get(i, ())]
+        spots: list[int] = []
+        if targets is None and strategy == "spread":
+            want = jobs[0][1]
+            got = _spread(p, packer, it, jobs[0][0], want, deadline)
+            if got is None:
+                return None
+            spots = got
+            jobs = []
+        if targets is not None and strategy == "spread":
+            leftovers: list[tuple[Sequence[int], int]] = []
+            for nodes, want in jobs:
+                got, left = _even(p, packer, it, nodes, want, offsets)
+                spots.extend(got)
+                if left:
+                    leftovers.append((nodes, left))
+            jobs = leftovers
+        for nodes, want in jobs:
+            left = want
+            for n in nodes:
+                if left == 0:
+                    break
+                if deadline is not None and time.monotonic() > deadline:
+                    raise Timeout
+                k = packer.fit(it, n, left)
+                if k:
+                    packer.place(it, n, k)
+                    spots.extend([n] * k)
+                    left -= k
+            if left:
+                return None
+        pos = 0
+        for i in idxs:
+            m = p.items[i].mult
+            placement[i] = spots[pos: pos + m]
+            pos += m
+        if pos != len(spots):
+            return None
+    return placement
+
+
+def _spread(
+    p: Problem, packer: _Packer, it: Item, nodes: Sequence[int], want: int,
+    deadline: float | None,
+) -> list[int] | None:
+    """Spread `want` copies over the shortest prefix of node types that can hold them,
+    in proportion to what each node can take (keeps nodes balanced for later classes)."""
+    room: list[tuple[int, int]] = []
+    cum = 0
+    for j, n in enumerate(nodes):
+        if deadline is not None and j % 256 == 0 and time.monotonic() > deadline:
+            raise Timeout
+        k = packer.fit(it, n, want)
+        if k:
+            room.append((n, k))
+            cum += k
+        last = j + 1 == len(nodes) or p.node_type[nodes[j + 1]] != p.node_type[n]
+        if cum >= want and last:
+            break
+    if cum < want:
+        return None
+    # A node's `k` assumes it alone takes copies; limits are per node, so they add up.
+    shares = [(n, k, k * want / cum) for n, k in room]
+    out = {n: int(share) for n, _, share in shares}
+    left = want - sum(out.values())
+    for n, k, _share in sorted(shares, key=lambda x: x[2] - int(x[2]), reverse=True):
+        if left == 0:
+            break
+        if out[n] < k:
+            out[n] += 1
+            left -= 1
+    if left:
+        return None
+    spots: list[int] = []
+    for n, k in out.items():
+        if k:
+            packer.place(it, n, k)
+            spots.extend([n] * k)
+    return spots
+
+
+def _even(
+    p: Problem, packer: _Packer, it: Item, nodes: Sequence[int], want: int,
+    offsets: dict[int, int],
+) -> tuple[list[int], int]:
+    """Deal `want` copies evenly over `nodes` (identical ones); extras rotate so that no node
+    collects the remainder of every class. Returns (spots, copies that did not fit)."""
+    m = len(nodes)
+    if not m:
+        return [], want
+    key = nodes[0]
+    off = offsets.get(key, 0)
+    base, rem = divmod(want, m)
+    spots: list[int] = []
+    left = 0
+    for j, n in enumerate(nodes):
+        k = base + (1 if (j - off) % m < rem else 0)
+        if not k:
+            continue
+        got = packer.fit(it, n, k)
+        if got:
+            packer.place(it, n, got)
+            spots.extend([n] * got)
+        left += k - got
+    offsets[key] = (off + rem) % m
+    return spots, left
+
+
+def check(p: Problem, placement: Placement) -> list[str]:
+    """Problem-level violations of `placement` (empty when it is valid)."""
+    errors: list[str] = []
+    if len(placement) != len(p.items):
+        return ["placement does not cover every item"]
+    packer = _Packer(p)
+    for i, it in enumerate(p.items):
+        if len(placement[i]) != it.mult:
+            errors.append(f"item {i} has {len(placement[i])} copies placed, needs {it.mult}")
+        for n in placement[i]:
+            if it.allowed is not None and n not in it.allowed:
+                errors.append(f"item {i} on a node it may not use")
+            packer.place(it, n, 1)
+    for n in range(len(p.node_ids)):
+        cap = packer.capn(n)
+        for g in p.groups:
+            u = packer.used[g].get(n)
+            if u:
+                for r, q in enumerate(u):
+                    c = cap[r]
+                    if c is not None and q > c:
+                        errors.append(f"{p.node_ids[n]}: {p.resources[r]} over capacity ({g})")
+        for lid, have in packer.tags.get(n, {}).items():
+            if have > p.limits[lid][0]:
+                errors.append(f"{p.node_ids[n]}: limit {lid} exceeded")
+    for i, it in enumerate(p.items):
+        for n in placement[i]:
+            cap = packer.capn(n)
+            if any(q and cap[r] is not None and q > (cap[r] or 0) for r, q in enumerate(it.single)):
+                errors.append(f"item {i} does not fit alone on {p.node_ids[n]}")
+    return errors

@@ -1,0 +1,201 @@
+"""A fake kubelet that really runs pods' commands, as local processes.
+
+`FakeKubelet` (tests/k8s_control_plane.py) moves bound pods to Running; this subclass then
+starts the pod's container command as a subprocess of the test process, ignoring the image,
+with the pod's environment resolved the way the kubelet does (including the downward API:
+``NODE_NAME`` from ``spec.nodeName``), plus ``KUBECONFIG`` so code in the "pod" can reach the
+apiserver and ``ESCHER_TERMINATION_LOG`` pointing at a temp file that stands in for the
+container's termination-message path. When the process exits, the pod becomes Succeeded
+(exit 0) or Failed, with the file's first 4096 bytes as the termination message, as the
+kubelet does. Deleting a pod kills its process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from tests.k8s_control_plane import FakeKubelet, _now
+
+TERMINATION_LIMIT = 4096
+_FIELD_REFS = {
+    "spec.nodeName": lambda pod: pod.spec.node_name,
+    "metadata.name": lambda pod: pod.metadata.name,
+    "metadata.namespace": lambda pod: pod.metadata.namespace,
+    "metadata.uid": lambda pod: pod.metadata.uid,
+    "status.podIP": lambda pod: "127.0.0.1",
+    "status.hostIP": lambda pod: "127.0.0.1",
+}
+
+
+class ExecKubelet(FakeKubelet):
+    """A `FakeKubelet` that executes each bound pod's command locally.
+
+    Args:
+        api: A `CoreV1Api`.
+        kubeconfig: Passed to the processes as ``KUBECONFIG``.
+        cwd: Working directory (and ``PYTHONPATH`` head) of the processes.
+        max_seconds: A process running longer is killed and its pod fails.
+        **kwargs: `FakeKubelet` options (node_names, start_delay, poll_seconds).
+    """
+
+    def __init__(
+        self,
+        api: Any,
+        *,
+        kubeconfig: str,
+        cwd: str,
+        max_seconds: float = 120.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(api, run_seconds=None, **kwargs)
+        self.kubeconfig = kubeconfig
+        self.cwd = cwd
+        self.max_seconds = max_seconds
+        self._procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._proc_lock = threading.Lock()
+        self._tmp = Path(tempfile.mkdtemp(prefix="escher-exec-kubelet-"))
+        self.executed: list[str] = []  # pod names whose command ran
+
+    def stop(self, timeout: float | None = None) -> None:
+        super().stop(timeout)
+        with self._proc_lock:
+            procs = list(self._procs.values())
+        for proc in procs:
+            with contextlib.suppress(Exception):
+                proc.kill()
+                proc.wait(10)
+
+    # -- FakeKubelet hook ----------------------------------------------------------------
+    def _apply(self, action: str, ns: str, name: str, uid: str) -> None:
+        if action == "delete":
+            self._kill(uid)
+        super()._apply(action, ns, name, uid)
+        if action != "run":
+            return
+        pod = self.api.read_namespaced_pod(name, ns)
+        if pod.metadata.uid != uid or pod.status.phase != "Running":
+            return
+        if pod.metadata.deletion_timestamp is not None:
+            return
+        with self._proc_lock:
+            if uid in self._procs:
+                return
+        self._spawn(pod)
+
+    # -- processes -------------------------------------------------------------------------
+    def _env(self, pod: Any, container: Any, message_path: Path) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in ("NODE_NAME", "POD_NAME")}
+        for var in container.env or []:
+            if var.value is not None:
+                env[var.name] = var.value
+            elif var.value_from is not None and var.value_from.field_ref is not None:
+                getter = _FIELD_REFS.get(var.value_from.field_ref.field_path)
+                env[var.name] = str(getter(pod)) if getter else ""
+        env["KUBECONFIG"] = self.kubeconfig
+        env["ESCHER_TERMINATION_LOG"] = str(message_path)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (self.cwd, os.environ.get("PYTHONPATH", "")) if p
+        )
+        return env
+
+    def _spawn(self, pod: Any) -> None:
+        container = pod.spec.containers[0]
+        argv = list(container.command or []) + list(container.args or [])
+        if argv and argv[0] in ("python", "python3"):
+            argv[0] = sys.executable
+        uid = pod.metadata.uid
+        message_path = self._tmp / f"{uid}.termination-log"
+        message_path.write_bytes(b"")
+        try:
+            proc = subprocess.Popen(
+                argv,
+                cwd=self.cwd,
+                env=self._env(pod, container, message_path),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=open(self._tmp / f"{uid}.stderr", "wb"),  # noqa: SIM115
+            )
+        except OSError as exc:
+            self._terminate(pod, 127, f"cannot start {argv[:1]}: {exc}")
+            return
+        with self._proc_lock:
+            self._procs[uid] = proc
+        self.executed.append(pod.metadata.name)
+        threading.Thread(
+            target=self._supervise, args=(pod, proc, message_path), daemon=True
+        ).start()
+
+    def _supervise(self, pod: Any, proc: subprocess.Popen[bytes], message_path: Path) -> None:
+        try:
+            code = proc.wait(self.max_seconds)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = proc.wait()
+        with self._proc_lock:
+            self._procs.pop(pod.metadata.uid, None)
+        if self._stop.is_set():
+            return
+        message = message_path.read_bytes()[:TERMINATION_LIMIT].decode(errors="replace")
+        with contextlib.suppress(Exception):
+            self._terminate(pod, code, message)
+
+    def _kill(self, uid: str) -> None:
+        with self._proc_lock:
+            proc = self._procs.pop(uid, None)
+        if proc is not None:
+            with contextlib.suppress(Exception):
+                proc.kill()
+
+    def _terminate(self, pod: Any, code: int, message: str) -> None:
+        from kubernetes import client
+
+        ns, name = pod.metadata.namespace, pod.metadata.name
+        try:
+            current = self.api.read_namespaced_pod(name, ns)
+        except client.ApiException as exc:
+            if exc.status == 404:
+                return
+            raise
+        if current.metadata.uid != pod.metadata.uid or current.status.phase != "Running":
+            return
+        now = _now()
+        phase = "Succeeded" if code == 0 else "Failed"
+        terminated: dict[str, Any] = {
+            "exitCode": code,
+            "reason": "Completed" if code == 0 else "Error",
+            "startedAt": now,
+            "finishedAt": now,
+        }
+        if message:
+            terminated["message"] = message
+        body = {
+            "status": {
+                "phase": phase,
+                "conditions": [
+                    {"type": t, "status": "False", "reason": "PodCompleted",
+                     "lastTransitionTime": now}
+                    for t in ("ContainersReady", "Ready")
+                ],
+                "containerStatuses": [
+                    {
+                        "name": c.name,
+                        "image": c.image or "",
+                        "imageID": "",
+                        "ready": False,
+                        "started": False,
+                        "restartCount": 0,
+                        "state": {"running": None, "terminated": terminated},
+                    }
+                    for c in current.spec.containers
+                ],
+            }
+        }
+        self.api.patch_namespaced_pod_status(name, ns, body)
+        self.transitions.append((f"{ns}/{name}", phase, now))

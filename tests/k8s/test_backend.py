@@ -1,0 +1,350 @@
+"""Kubernetes-specific behaviour, against the real control plane (see conftest.py)."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+import escher
+from escher.backends._registry import create_backend
+from escher.backends.kubernetes import KubernetesBackend, ResultTooLargeError
+from escher.backends.kubernetes._cli import gc
+from escher.backends.kubernetes._gc import collect_garbage
+from escher.core.errors import (
+    ConfigError,
+    ConflictError,
+    InvalidCapacityError,
+    InvalidResourceNameError,
+    ReservedResourceError,
+    TaskFailedError,
+    UnknownNodeError,
+    UnschedulableError,
+)
+from escher.core.resources import Resources
+from escher.core.task import StatusCode, TaskSpec, TaskState
+from escher.testing.conformance import wait_until
+from tests.k8s import _tasks
+from tests.k8s.conftest import POOL_LABEL, POOLS
+
+WAIT = 60.0
+NODE = POOLS["extra"][0]
+OTHER = POOLS["extra"][1]
+
+
+def fresh(prefix: str = "t") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def allocatable(cluster: Any, node: str) -> dict[str, str]:
+    return dict(cluster.api.read_node(node).status.allocatable)
+
+
+def capacity(cluster: Any, node: str) -> dict[str, str]:
+    return dict(cluster.api.read_node(node).status.capacity)
+
+
+def annotations(cluster: Any, node: str) -> dict[str, str]:
+    return dict(cluster.api.read_node(node).metadata.annotations or {})
+
+
+def raw_patch(cluster: Any, node: str, resource: str, value: str | None) -> None:
+    body = {"status": {"capacity": {resource: value}, "allocatable": {resource: value}}}
+    cluster.api.patch_node_status(node, body, _content_type="application/merge-patch+json")
+
+
+@pytest.fixture
+def backend(k8s_cluster: Any) -> Iterator[KubernetesBackend]:
+    instance = k8s_cluster.backend("extra")
+    escher.init(instance)
+    try:
+        yield instance
+    finally:
+        escher.shutdown()
+        collect_garbage(instance.api, instance.names, node_selector=f"{POOL_LABEL}=extra")
+
+
+# --- set_resource -----------------------------------------------------------------------
+def test_capacity_and_allocatable_both_set_and_marked(k8s_cluster: Any, backend: Any) -> None:
+    label = fresh()
+    assert backend.set_resource(label, 3, NODE) == (NODE,)
+    assert capacity(k8s_cluster, NODE)[f"escher.io/{label}"] == "3"
+    assert allocatable(k8s_cluster, NODE)[f"escher.io/{label}"] == "3"
+    assert annotations(k8s_cluster, NODE)[f"ephemeral.escher.io/{label}"] == backend.session
+    node = backend.get_cluster_state().node(NODE)
+    assert node.total[label] == 3 and label in node.ephemeral
+    assert node.total["CPU"] == 4 and "CPU" not in node.ephemeral
+    backend.set_resource(label, 0, NODE)
+    assert f"escher.io/{label}" not in allocatable(k8s_cluster, NODE)
+    assert f"ephemeral.escher.io/{label}" not in annotations(k8s_cluster, NODE)
+
+
+def test_stale_resource_version_is_retried(k8s_cluster: Any, backend: Any) -> None:
+    label, other = fresh(), fresh()
+    backend.set_resource(label, 1, NODE)  # caches the node's resourceVersion
+    raw_patch(k8s_cluster, NODE, f"example.com/{other}", "1")  # someone else writes
+    before = backend.conflicts
+    backend.set_resource(label, 2, NODE)
+    assert backend.conflicts == before + 1
+    assert allocatable(k8s_cluster, NODE)[f"escher.io/{label}"] == "2"
+    assert allocatable(k8s_cluster, NODE)[f"example.com/{other}"] == "1"  # not lost
+    raw_patch(k8s_cluster, NODE, f"example.com/{other}", None)
+
+
+def test_conflict_budget_exhausted_raises_and_changes_nothing(k8s_cluster: Any) -> None:
+    strict = k8s_cluster.backend("extra", conflict_retries=0)
+    try:
+        label, other = fresh(), fresh()
+        strict.set_resource(label, 1, NODE)
+        raw_patch(k8s_cluster, NODE, f"example.com/{other}", "1")
+        with pytest.raises(ConflictError, match="retry"):
+            strict.set_resource(label, 5, NODE)
+        assert allocatable(k8s_cluster, NODE)[f"escher.io/{label}"] == "1"
+        strict.set_resource(label, 5, NODE)  # the failed attempt refreshed the cache
+        assert allocatable(k8s_cluster, NODE)[f"escher.io/{label}"] == "5"
+        strict.set_resource(label, 0, NODE)
+        raw_patch(k8s_cluster, NODE, f"example.com/{other}", None)
+    finally:
+        strict.close()
+
+
+def test_concurrent_writers_in_separate_processes_lose_nothing(k8s_cluster: Any) -> None:
+    writers = [k8s_cluster.backend("extra") for _ in range(4)]
+    labels = [[fresh(f"w{i}") for _ in range(5)] for i in range(len(writers))]
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(len(writers))
+
+    def write(i: int) -> None:
+        try:
+            writers[i].get_cluster_state()  # every writer caches the same resourceVersion
+            barrier.wait(WAIT)
+            for n, label in enumerate(labels[i]):
+                writers[i].set_resource(label, n + 1, NODE)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(len(writers))]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(WAIT)
+        assert not errors
+        alloc = allocatable(k8s_cluster, NODE)
+        for group in labels:
+            for n, label in enumerate(group):
+                assert alloc[f"escher.io/{label}"] == str(n + 1)
+        assert sum(w.conflicts for w in writers) >= 1  # they really collided
+    finally:
+        for w in writers:
+            w.close()
+
+
+def test_delete_is_idempotent_and_absent_delete_is_fine(k8s_cluster: Any, backend: Any) -> None:
+    label = fresh()
+    assert backend.set_resource(label, 0, NODE) == (NODE,)
+    backend.set_resource(label, 2, NODE)
+    backend.set_resource(label, 0, NODE)
+    backend.set_resource(label, 0, NODE)
+    assert f"escher.io/{label}" not in capacity(k8s_cluster, NODE)
+
+
+def test_fractional_capacity_rejected_before_the_api(k8s_cluster: Any, backend: Any) -> None:
+    label = fresh()
+    before = k8s_cluster.api.read_node(NODE).metadata.resource_version
+    with pytest.raises(InvalidCapacityError, match="whole"):
+        backend.set_resource(label, 0.5, NODE)
+    assert k8s_cluster.api.read_node(NODE).metadata.resource_version == before
+    with pytest.raises(InvalidCapacityError):
+        backend.launch(TaskSpec(_tasks.env_node, resources=Resources({label: 0.5})))
+
+
+@pytest.mark.parametrize("bad", ["a/b", "kubernetes.io/x", "-x", "x_", "x" * 64, "sp ace"])
+def test_bad_labels_never_reach_the_api(k8s_cluster: Any, backend: Any, bad: str) -> None:
+    before = k8s_cluster.api.read_node(NODE).metadata.resource_version
+    with pytest.raises(InvalidResourceNameError):
+        backend.set_resource(bad, 1, NODE)
+    assert k8s_cluster.api.read_node(NODE).metadata.resource_version == before
+
+
+def test_longest_label_is_a_valid_extended_resource(k8s_cluster: Any, backend: Any) -> None:
+    label = "L" + uuid.uuid4().hex[:8] + "x" * 54
+    assert len(label) == 63
+    backend.set_resource(label, 1, NODE)
+    assert allocatable(k8s_cluster, NODE)[f"escher.io/{label}"] == "1"
+
+
+@pytest.mark.parametrize("domain", ["kubernetes.io", "node.kubernetes.io", "x.k8s.io", "Bad_", ""])
+def test_reserved_or_malformed_domain_is_a_config_error(k8s_cluster: Any, domain: str) -> None:
+    with pytest.raises(ConfigError):
+        k8s_cluster.backend("extra", domain=domain)
+
+
+def test_requests_under_kubernetes_io_are_refused(backend: Any) -> None:
+    with pytest.raises(InvalidResourceNameError, match="reserve"):
+        backend.launch(TaskSpec(_tasks.env_node, resources=Resources({"kubernetes.io/x": 1})))
+
+
+def test_custom_domain(k8s_cluster: Any) -> None:
+    other = k8s_cluster.backend("extra", domain="sched.example.com")
+    try:
+        label = fresh()
+        other.set_resource(label, 2, NODE)
+        assert allocatable(k8s_cluster, NODE)[f"sched.example.com/{label}"] == "2"
+        assert label in other.get_cluster_state().node(NODE).ephemeral
+        other.set_resource(label, 0, NODE)
+    finally:
+        other.close()
+
+
+def test_unknown_and_ineligible_nodes(k8s_cluster: Any, backend: Any) -> None:
+    with pytest.raises(UnknownNodeError, match="Did you mean"):
+        backend.set_resource(fresh(), 1, NODE + "z")
+    with pytest.raises(UnknownNodeError, match="node_selector"):  # exists, other pool
+        backend.set_resource(fresh(), 1, POOLS["conformance"][0])
+    assert set(backend.get_cluster_state().nodes) == set(POOLS["extra"])
+
+
+# --- gc -------------------------------------------------------------------------------
+def test_gc_removes_only_what_escher_created(k8s_cluster: Any, backend: Any) -> None:
+    mine, foreign = fresh("mine"), fresh("foreign")
+    backend.set_resource(mine, 2, NODE)
+    backend.set_resource(mine, 1, OTHER)
+    raw_patch(k8s_cluster, NODE, f"escher.io/{foreign}", "7")  # same domain, not ours
+    raw_patch(k8s_cluster, NODE, "example.com/dongle", "1")
+    try:
+        with pytest.raises(ReservedResourceError, match="did not create"):
+            backend.set_resource(foreign, 3, NODE)
+        with pytest.raises(ReservedResourceError):
+            backend.set_resource(foreign, 0, NODE)
+        result = CliRunner().invoke(
+            gc, ["--kubeconfig", k8s_cluster.kubeconfig, "--dry-run", "--label", mine]
+        )
+        assert result.exit_code == 0, result.output
+        assert f"would remove escher.io/{mine} from node {NODE}" in result.output
+        assert allocatable(k8s_cluster, NODE)[f"escher.io/{mine}"] == "2"  # dry run
+        result = CliRunner().invoke(gc, ["--kubeconfig", k8s_cluster.kubeconfig])
+        assert result.exit_code == 0, result.output
+        assert f"removed escher.io/{mine} from node {OTHER}" in result.output
+        alloc = allocatable(k8s_cluster, NODE)
+        assert f"escher.io/{mine}" not in alloc
+        assert f"escher.io/{mine}" not in allocatable(k8s_cluster, OTHER)
+        assert alloc[f"escher.io/{foreign}"] == "7" and alloc["example.com/dongle"] == "1"
+        assert not any(k.startswith("ephemeral.escher.io/") for k in annotations(k8s_cluster, NODE))
+        # The foreign one under escher's domain is still visible to escher, by its label.
+        assert backend.get_cluster_state().node(NODE).total[foreign] == 7
+    finally:
+        raw_patch(k8s_cluster, NODE, f"escher.io/{foreign}", None)
+        raw_patch(k8s_cluster, NODE, "example.com/dongle", None)
+
+
+# --- tasks ----------------------------------------------------------------------------
+def test_failed_scheduling_reason_is_surfaced(k8s_cluster: Any, backend: Any) -> None:
+    label = fresh()
+    ref = backend.launch(TaskSpec(_tasks.env_node, resources=Resources({label: 1})))
+    assert wait_until(lambda: ref.status.code is StatusCode.UNSCHEDULABLE, timeout=WAIT)
+    assert f"Insufficient escher.io/{label}" in ref.status.reason
+    assert ref.state is TaskState.PENDING and ref.cancel() is True
+
+
+def test_pod_requests_equal_limits_and_downward_api(k8s_cluster: Any, backend: Any) -> None:
+    label = fresh()
+    backend.set_resource(label, 1, OTHER)
+    ref = backend.launch(
+        TaskSpec(_tasks.env_node, resources=Resources({label: 1, "CPU": 0.5}))
+    )
+    pods = k8s_cluster.api.list_namespaced_pod(
+        "default", label_selector=f"escher.io/task={ref.id}"
+    ).items
+    assert len(pods) == 1
+    res = pods[0].spec.containers[0].resources
+    assert res.requests[f"escher.io/{label}"] == res.limits[f"escher.io/{label}"] == "1"
+    assert res.requests["cpu"] == "500m" and "cpu" not in (res.limits or {})
+    assert pods[0].spec.node_selector == {POOL_LABEL: "extra"}
+    assert ref.result(WAIT) == (OTHER, OTHER)  # escher.node_id() and $NODE_NAME
+    assert wait_until(lambda: not k8s_cluster.api.list_namespaced_pod(
+        "default", label_selector=f"escher.io/task={ref.id}").items)  # finished pod deleted
+
+
+def test_cluster_state_subtracts_requests_of_running_pods(k8s_cluster: Any, backend: Any) -> None:
+    label = fresh()
+    backend.set_resource(label, 2, NODE)
+    ref = backend.launch(
+        TaskSpec(_tasks.sleep_then_node, (3.0,), resources=Resources({label: 1, "CPU": 1}))
+    )
+    assert wait_until(lambda: ref.state is TaskState.RUNNING, timeout=WAIT)
+    node = backend.get_cluster_state().node(NODE)
+    assert node.available[label] == 1 and node.total[label] == 2
+    assert node.available["CPU"] == 3
+    assert ref.cancel() is False  # it started
+    assert ref.result(WAIT) == NODE
+    assert wait_until(lambda: backend.get_cluster_state().node(NODE).available[label] == 2)
+
+
+def test_infeasible_physical_request_fails_at_once(backend: Any) -> None:
+    ref = backend.launch(TaskSpec(_tasks.env_node, resources=Resources({"CPU": 5})))
+    assert ref.status.code is StatusCode.INFEASIBLE and ref.done()
+    with pytest.raises(UnschedulableError, match="allocatable"):
+        ref.result(0)
+    # A label no node has yet is not infeasible: it may be created later.
+    waiting = backend.launch(TaskSpec(_tasks.env_node, resources=Resources({fresh(): 1})))
+    assert not waiting.done() and waiting.cancel()
+
+
+def test_oversize_result_is_a_clear_error(backend: Any) -> None:
+    ref = backend.launch(TaskSpec(_tasks.big_result, (6000,)))
+    with pytest.raises(ResultTooLargeError, match="4096 bytes"):
+        ref.result(WAIT)
+    small = backend.launch(TaskSpec(_tasks.big_result, (1000,)))
+    assert len(small.result(WAIT)) == 1000
+
+
+def test_container_tasks(backend: Any) -> None:
+    ok = backend.launch(
+        TaskSpec(None, image="busybox:1.36", command=["sh", "-c",
+                 'printf done > "${ESCHER_TERMINATION_LOG:-/dev/termination-log}"'])
+    )  # fmt: skip
+    bad = backend.launch(TaskSpec(None, image="busybox:1.36", command=["sh", "-c", "exit 3"]))
+    assert ok.result(WAIT) == "done"
+    with pytest.raises(TaskFailedError, match="exit code 3"):
+        bad.result(WAIT)
+    assert bad.state is TaskState.FAILED
+
+
+def test_python_callable_needs_an_image(k8s_cluster: Any) -> None:
+    bare = k8s_cluster.backend("extra", image=None)
+    try:
+        with pytest.raises(ConfigError, match="image"):
+            bare.launch(TaskSpec(_tasks.env_node))
+    finally:
+        bare.close()
+
+
+def test_registry_name_and_alias(k8s_cluster: Any) -> None:
+    for name in ("kubernetes", "k8s"):
+        made = create_backend(name, {"kubeconfig": k8s_cluster.kubeconfig})
+        try:
+            assert isinstance(made, KubernetesBackend)
+            assert set(POOLS["extra"]) <= set(made.get_cluster_state().nodes)
+        finally:
+            made.close()
+
+
+def test_close_cancels_pods_that_never_started(k8s_cluster: Any) -> None:
+    short = k8s_cluster.backend("extra")
+    ref = short.launch(TaskSpec(_tasks.env_node, resources=Resources({fresh(): 1})))
+    short.close()
+    assert ref.state is TaskState.CANCELLED
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline and k8s_cluster.api.list_namespaced_pod(
+        "default", label_selector=f"escher.io/session={short.session}"
+    ).items:
+        time.sleep(0.1)
+    assert not k8s_cluster.api.list_namespaced_pod(
+        "default", label_selector=f"escher.io/session={short.session}"
+    ).items

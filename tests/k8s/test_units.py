@@ -1,0 +1,119 @@
+"""Pieces of the Kubernetes backend that need no cluster (names, quantities, wire formats)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("kubernetes", reason="needs pip install 'escher[k8s]'")
+
+from escher.backends.kubernetes._names import (
+    Names,
+    format_quantity,
+    parse_quantity,
+    validate_domain,
+)
+from escher.backends.kubernetes._payload import (
+    TERMINATION_MESSAGE_LIMIT,
+    ResultTooLargeError,
+    decode_outcome,
+    decode_task,
+    encode_error,
+    encode_task,
+    encode_value,
+)
+from escher.backends.kubernetes._pods import resource_block
+from escher.backends.kubernetes._state import NodeRecord, Usage, build_state
+from escher.core.errors import (
+    ConfigError,
+    InvalidCapacityError,
+    InvalidResourceNameError,
+    ValidationError,
+)
+from escher.core.resources import Resources
+from escher.core.task import TaskSpec
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("4", 4.0), ("500m", 0.5), ("16Gi", 16 * 2**30), ("1k", 1000.0), ("1e3", 1000.0),
+     ("9007199254740992", 2.0**53), ("250u", 0.00025)],
+)  # fmt: skip
+def test_parse_quantity(text: str, value: float) -> None:
+    assert parse_quantity(text) == pytest.approx(value)
+
+
+def test_bad_quantity_and_format() -> None:
+    with pytest.raises(InvalidCapacityError):
+        parse_quantity("four")
+    assert format_quantity("cpu", 0.25) == "250m"
+    assert format_quantity("escher.io/x", 3.0) == "3"
+    with pytest.raises(InvalidCapacityError):
+        format_quantity("escher.io/x", 0.5)
+
+
+def test_names_round_trip() -> None:
+    names = Names("escher.io")
+    assert names.to_k8s("CPU") == "cpu" and names.from_k8s("cpu") == "CPU"
+    assert names.to_k8s("GPU") == "nvidia.com/gpu" and names.from_k8s("nvidia.com/gpu") == "GPU"
+    assert names.to_k8s("grp") == "escher.io/grp" and names.from_k8s("escher.io/grp") == "grp"
+    assert names.to_k8s("example.com/dongle") == "example.com/dongle"
+    assert names.annotation("grp") == "ephemeral.escher.io/grp"
+    assert names.label_of_annotation("ephemeral.escher.io/grp") == "grp"
+    assert names.label_of_annotation("other.io/grp") is None
+    with pytest.raises(InvalidResourceNameError):
+        names.to_k8s("kubernetes.io/x")
+
+
+@pytest.mark.parametrize("domain", ["kubernetes.io", "a.k8s.io", "UPPER.io", "-x.io", ""])
+def test_domain_rules(domain: str) -> None:
+    with pytest.raises(ConfigError):
+        validate_domain(domain)
+
+
+def test_extended_requests_equal_limits() -> None:
+    spec = TaskSpec(len, resources=Resources({"CPU": 1.5, "grp": 2, "memory": 2**20}))
+    block = resource_block(spec, Names())
+    assert block["requests"] == {"cpu": "1500m", "escher.io/grp": "2", "memory": "1048576"}
+    assert block["limits"] == {"escher.io/grp": "2"}
+
+
+def test_state_subtracts_pod_requests() -> None:
+    node = {
+        "metadata": {"name": "n1", "resourceVersion": "7", "labels": {"a": "b"}},
+        "status": {"allocatable": {"cpu": "4", "escher.io/grp": "3", "pods": "110"}},
+    }
+    pod = {"spec": {"nodeName": "n1", "containers": [
+        {"resources": {"requests": {"cpu": "500m", "escher.io/grp": "1"}}}]}}  # fmt: skip
+    names = Names()
+    state = build_state([NodeRecord.parse(node)], Usage.of([pod]), names, 0.0)
+    n1 = state.node("n1")
+    assert n1.total["grp"] == 3 and n1.available["grp"] == 2
+    assert n1.available["CPU"] == 3.5 and n1.ephemeral == frozenset({"grp"})
+
+
+def test_task_and_outcome_round_trip() -> None:
+    fn, args, kwargs = decode_task(encode_task(divmod, (7, 2), {}))
+    assert fn(*args, **kwargs) == (3, 1)
+    assert decode_outcome(encode_value({"a": 1}, "t"), "t") == (True, {"a": 1})
+    ok, error = decode_outcome(encode_error(KeyError("k"), "Traceback ..."), "t")
+    assert not ok and isinstance(error, KeyError)
+    with pytest.raises(ValueError):
+        decode_outcome("plain text", "t")
+
+
+def test_oversize_value_becomes_a_clear_error() -> None:
+    import os
+
+    message = encode_value(os.urandom(TERMINATION_MESSAGE_LIMIT), "big")
+    assert len(message) <= TERMINATION_MESSAGE_LIMIT
+    ok, error = decode_outcome(message, "big")
+    assert not ok and isinstance(error, ResultTooLargeError)
+    assert "4096 bytes" in str(error)
+
+
+def test_unpicklable_call_is_a_validation_error() -> None:
+    import threading
+
+    lock = threading.Lock()
+    with pytest.raises(ValidationError, match="pickl"):
+        encode_task(print, (lock,), {})

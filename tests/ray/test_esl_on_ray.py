@@ -1,0 +1,90 @@
+"""ESLs on the Ray backend, both modes: spreading and load balancing hold on real Ray tasks,
+and the ESLs clean up their ephemeral resources."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("ray")
+
+import escher
+from escher.esl import AntiAffinity, DataLocality, LoadBalance
+from escher.testing.conformance import wait_until
+from tests.ray.conftest import make_backend
+
+pytestmark = pytest.mark.ray
+WAIT = 60.0
+
+
+def span(seconds: float) -> tuple[float, float, str]:
+    start = time.time()
+    time.sleep(seconds)
+    return start, time.time(), escher.node_id()
+
+
+def where() -> str:
+    return escher.node_id()
+
+
+@pytest.fixture(params=["resize", "ledger"])
+def backend(request: Any, ray_cluster: Any) -> Iterator[Any]:
+    instance = make_backend(ray_cluster, mode=request.param)
+    escher.init(instance)
+    try:
+        yield instance
+    finally:
+        escher.shutdown()
+
+
+def workers(backend: Any) -> list[str]:
+    state = backend.get_cluster_state()
+    return sorted(n for n, node in state.nodes.items() if node.total.get("CPU", 0) >= 2)
+
+
+def escher_labels(backend: Any, prefix: str) -> set[str]:
+    return {label for n in backend.get_cluster_state().nodes.values()
+            for label in n.ephemeral if label.startswith(prefix)}
+
+
+def peak_per_node(spans: list[tuple[float, float, str]]) -> int:
+    peak = 0
+    for node in {s[2] for s in spans}:
+        events = sorted([(s[0], 1) for s in spans if s[2] == node]
+                        + [(s[1], -1) for s in spans if s[2] == node], key=lambda e: (e[0], e[1]))
+        running = 0
+        for _, delta in events:
+            running += delta
+            peak = max(peak, running)
+    return peak
+
+
+def test_anti_affinity_one_task_per_node_at_a_time(backend: Any) -> None:
+    nodes = workers(backend)
+    with AntiAffinity(nodes=nodes, name="aa-ray") as aa:
+        refs = [aa.launch(span, 0.4) for _ in range(6)]
+        spans = escher.get(refs, timeout=WAIT)
+    assert {s[2] for s in spans} <= set(nodes)
+    assert peak_per_node(spans) == 1
+    assert wait_until(lambda: not escher_labels(backend, "aa-ray"), timeout=10)
+
+
+def test_static_load_balance_caps_tasks_per_node(backend: Any) -> None:
+    nodes = workers(backend)
+    with LoadBalance(tasks=8, nodes=nodes, name="lb-ray") as lb:
+        assert lb.per_node == 2
+        refs = [lb.launch(span, 0.3) for _ in range(8)]
+        spans = escher.get(refs, timeout=WAIT)
+    assert peak_per_node(spans) <= 2
+
+
+def test_data_locality_follows_the_data(backend: Any) -> None:
+    a, b = workers(backend)[:2]
+    with DataLocality(name="loc-ray") as loc:
+        loc.add("shard", [b])
+        assert escher.get(loc.near("shard").launch(where), timeout=WAIT) == b
+        loc.refresh("shard", [a])
+        assert escher.get(loc.near("shard").launch(where), timeout=WAIT) == a

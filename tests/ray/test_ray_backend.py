@@ -1,0 +1,248 @@
+"""Ray-specific behaviour of RayBackend, on the session's local multi-node cluster."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+import escher  # noqa: E402
+from escher.backends.base import Capability  # noqa: E402
+from escher.core.errors import (  # noqa: E402
+    ConfigError,
+    ReservedResourceError,
+    UnknownNodeError,
+    UnschedulableError,
+    UnsupportedError,
+)
+from escher.core.resources import Resources  # noqa: E402
+from escher.core.task import StatusCode, TaskSpec, TaskState  # noqa: E402
+from escher.testing.conformance import wait_until  # noqa: E402
+from tests.ray.conftest import make_backend  # noqa: E402
+
+pytestmark = pytest.mark.ray
+WAIT = 60.0
+
+
+class Boom(Exception):
+    """A task's own exception type, with an attribute."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(f"boom {code}")
+        self.code = code
+
+
+def raise_boom(code: int) -> None:
+    raise Boom(code)
+
+
+def here() -> str:
+    return escher.node_id()
+
+
+def sleep_here(seconds: float) -> str:
+    time.sleep(seconds)
+    return escher.node_id()
+
+
+def set_here_and_report(label: str) -> tuple[str, float]:
+    escher.set_resource(label, 3)
+    node = escher.node_id()
+    return node, escher.get_cluster_state().node(node).total[label]
+
+
+@pytest.fixture(params=["resize", "ledger"])
+def backend(request: Any, ray_cluster: Any) -> Iterator[Any]:
+    instance = make_backend(ray_cluster, mode=request.param)
+    escher.init(instance)
+    try:
+        yield instance
+    finally:
+        escher.shutdown()
+
+
+@pytest.fixture
+def resize(ray_cluster: Any) -> Iterator[Any]:
+    instance = make_backend(ray_cluster, mode="resize")
+    escher.init(instance)
+    try:
+        yield instance
+    finally:
+        escher.shutdown()
+
+
+def fresh() -> str:
+    return f"t-{uuid.uuid4().hex[:8]}"
+
+
+def workers(backend: Any) -> list[str]:
+    state = backend.get_cluster_state()
+    return sorted(n for n, node in state.nodes.items() if node.total.get("CPU", 0) >= 2)
+
+
+def ssd_node(backend: Any) -> str:
+    state = backend.get_cluster_state()
+    return next(n for n, node in state.nodes.items() if "ssd" in node.total)
+
+
+def test_auto_mode_uses_resize_on_the_tested_ray(ray_cluster: Any) -> None:
+    backend = make_backend(ray_cluster)
+    try:
+        assert backend.mode == ("resize" if ray.__version__ == "2.60.0" else "ledger")
+    finally:
+        backend.close()
+    with pytest.raises(ConfigError, match="mode"):
+        make_backend(ray_cluster, mode="magic")
+    with pytest.raises(ConfigError, match="prefix"):
+        make_backend(ray_cluster, prefix="CPU")
+
+
+def test_registry_name_and_options(ray_cluster: Any) -> None:
+    with escher.init("ray", address=ray_cluster.address, namespace="escher-tests") as backend:
+        assert backend.name == "ray" and Capability.ATOMIC_GANG in backend.capabilities
+        assert len(escher.get_cluster_state().nodes) >= 5
+
+
+def test_prefix_isolates_escher_resources_in_ray(resize: Any) -> None:
+    import ray._private.state as ray_state
+
+    node, label = workers(resize)[1], fresh()
+    resize.set_resource(label, 2, node)
+    assert wait_until(
+        lambda: ray_state.total_resources_per_node()[node].get("escher_" + label) == 2,
+        timeout=10,
+    )
+    state = resize.get_cluster_state().node(node)
+    assert state.total[label] == 2 and label in state.ephemeral
+    assert "escher_" + label not in state.total and state.physical["CPU"] == 2
+    resize.set_resource(label, 0, node)
+
+
+def test_application_resources_are_node_defined(backend: Any) -> None:
+    node = ssd_node(backend)
+    with pytest.raises(ReservedResourceError):
+        backend.set_resource("ssd", 5, node)
+    state = backend.get_cluster_state().node(node)
+    assert state.total["ssd"] == 1 and "ssd" not in state.ephemeral
+    ref = backend.launch(TaskSpec(here, resources=Resources({"ssd": 1})))
+    assert ref.result(WAIT) == node
+
+
+def test_node_id_and_set_resource_inside_a_task(backend: Any) -> None:
+    assert backend.current_node_id() is None
+    label = fresh()
+    try:
+        ref = backend.launch(TaskSpec(set_here_and_report, (label,)))
+        node, seen_inside = ref.result(WAIT)
+        assert node == ref.node_id and seen_inside == 3
+        assert backend.get_cluster_state().node(node).total[label] == 3
+        follower = backend.launch(TaskSpec(here, resources=Resources({label: 1})))
+        assert follower.result(WAIT) == node
+    finally:
+        for n in workers(backend):
+            backend.set_resource(label, 0, n)
+
+
+def test_unknown_node_changes_nothing(backend: Any) -> None:
+    with pytest.raises(UnknownNodeError):
+        backend.set_resource(fresh(), 1, "ab" * 28)
+
+
+def test_original_exception_type_reaches_the_caller(backend: Any) -> None:
+    ref = backend.launch(TaskSpec(raise_boom, (7,)))
+    with pytest.raises(Boom) as caught:
+        ref.result(WAIT)
+    assert caught.value.code == 7 and ref.state is TaskState.FAILED
+
+
+def test_infeasible_requests_fail_at_once(backend: Any) -> None:
+    for request in ({"GPU": 1}, {"CPU": 3}, {"ssd": 2}):
+        ref = backend.launch(TaskSpec(here, resources=Resources(request)))
+        assert ref.status.code is StatusCode.INFEASIBLE
+        with pytest.raises(UnschedulableError):
+            ref.result(0)
+
+
+def test_cancel_after_start_returns_false_and_the_task_finishes(backend: Any) -> None:
+    node, label = workers(backend)[0], fresh()
+    backend.set_resource(label, 1, node)
+    try:
+        ref = backend.launch(TaskSpec(sleep_here, (1.5,), resources=Resources({label: 1})))
+        assert wait_until(ref.started, timeout=WAIT)
+        assert ref.state is TaskState.RUNNING and ref.node_id == node
+        assert ref.cancel() is False
+        assert ref.result(WAIT) == node and ref.state is TaskState.FINISHED
+    finally:
+        backend.set_resource(label, 0, node)
+
+
+def test_shrink_below_in_use_is_applied_once_released(backend: Any) -> None:
+    node, label = workers(backend)[2], fresh()
+    backend.set_resource(label, 2, node)
+    try:
+        refs = [backend.launch(TaskSpec(sleep_here, (1.0,), resources=Resources({label: 1})))
+                for _ in range(2)]
+        assert wait_until(lambda: all(r.started() for r in refs), timeout=WAIT)
+        backend.set_resource(label, 1, node)  # 2 in use: Ray keeps 2 for now
+        assert [r.result(WAIT) for r in refs] == [node, node]
+        assert wait_until(
+            lambda: backend.get_cluster_state().node(node).total.get(label) == 1, timeout=10
+        )
+        assert wait_until(
+            lambda: backend.get_cluster_state().node(node).available.get(label) == 1, timeout=10
+        )
+        if backend.mode == "resize":
+            assert backend._resize.pending() == {}
+    finally:
+        backend.set_resource(label, 0, node)
+
+
+def test_gang_is_all_or_nothing_with_ephemeral_resources(resize: Any) -> None:
+    a, b = workers(resize)[:2]
+    label = fresh()
+    resize.set_resource(label, 1, a)
+    try:
+        specs = [TaskSpec(here, resources=Resources({"CPU": 1, label: 1})) for _ in range(2)]
+        refs = resize.launch_gang(specs)
+        time.sleep(1.0)
+        assert not any(r.started() or r.done() for r in refs)  # only one unit exists
+        resize.set_resource(label, 1, b)
+        assert sorted(r.result(WAIT) for r in refs) == sorted([a, b])
+    finally:
+        for n in (a, b):
+            resize.set_resource(label, 0, n)
+
+
+def test_gang_spread_over_four_nodes(ray_cluster: Any) -> None:
+    backend = make_backend(ray_cluster, gang_strategy="STRICT_SPREAD")
+    try:
+        refs = backend.launch_gang([TaskSpec(here, resources=Resources({"CPU": 1}))
+                                    for _ in range(4)])
+        assert len({r.result(WAIT) for r in refs}) == 4
+    finally:
+        backend.close()
+
+
+def test_ledger_gang_with_ephemeral_labels_is_refused(ray_cluster: Any) -> None:
+    backend = make_backend(ray_cluster, mode="ledger")
+    try:
+        with pytest.raises(UnsupportedError, match="ledger"):
+            backend.launch_gang([TaskSpec(here, resources=Resources({fresh(): 1}))])
+        refs = backend.launch_gang([TaskSpec(here, resources=Resources({"CPU": 1}))] * 2)
+        assert len([r.result(WAIT) for r in refs]) == 2
+    finally:
+        backend.close()
+
+
+def test_esl_gang_on_ray_both_paths(resize: Any) -> None:
+    from escher import esl
+
+    for mode in ("native", "ephemeral"):
+        with esl.Gang(resize, mode=mode, timeout=5.0, seed=1) as gang:
+            run = gang.run([esl.Member(here, resources={"CPU": 2}) for _ in range(4)])
+            assert len(set(run.results(timeout=WAIT))) == 4

@@ -1,0 +1,132 @@
+"""Agreement with exhaustive enumeration on thousands of small random instances."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from escher.core.cluster import ClusterState
+from escher.core.plan import Colocated, Gang, PinnedTo, Plan, Separated, SpreadAtMost
+from escher.verify import IntentStatus, Verdict, check_placement, verify
+from tests.verify._oracle import cap_statement_nodes, feasible, intent_outcome, sub_instance
+
+NODE_SHAPES = [{"CPU": 2}, {"CPU": 4}, {"CPU": 2, "GPU": 1}, {"CPU": 4, "GPU": 2}, {"CPU": 1}]
+
+
+@st.composite
+def instances(draw: st.DrawFn) -> tuple[Plan, ClusterState]:
+    n_nodes = draw(st.integers(1, 3))
+    nodes = []
+    for i in range(n_nodes):
+        total = dict(draw(st.sampled_from(NODE_SHAPES)))
+        avail = dict(total)
+        if draw(st.booleans()):
+            avail["CPU"] = max(0, total["CPU"] - draw(st.integers(0, 2)))
+        nodes.append({"id": f"n{i}", "total": total, "available": avail,
+                      "labels": {"zone": draw(st.sampled_from("ab"))}})
+    state = ClusterState.from_dict({"nodes": nodes})
+    plan = Plan()
+    if draw(st.booleans()):
+        spec = draw(st.sampled_from([{"CPU": 1}, {"GPU": 1}, "n0"]))
+        plan.add_resource("anti", draw(st.integers(1, 2)), spec, source="AntiAffinity")
+    replicas = 0
+    n_tasks = draw(st.integers(1, 3))
+    for j in range(n_tasks):
+        count = draw(st.integers(1, 2 if replicas < 3 else 1))
+        replicas += count
+        req: dict[str, float] = {"CPU": draw(st.sampled_from([0, 0.5, 1, 2, 3]))}
+        if draw(st.integers(0, 3)) == 0:
+            req["GPU"] = 1
+        if plan.resources and draw(st.booleans()):
+            req["anti"] = 1
+        creates = None
+        if j == 0 and draw(st.integers(0, 3)) == 0:
+            creates = {"grp": draw(st.integers(1, 3))}
+        elif j > 0 and draw(st.integers(0, 4)) == 0:
+            req["grp"] = 1
+        plan.add_task(f"t{j}", req, count=count, creates=creates,
+                      concurrent=draw(st.integers(0, 3)) > 0, source=f"esl-{j}")
+        if replicas >= 4:
+            break
+    names = [t.name for t in plan.tasks]
+    for _ in range(draw(st.integers(0, 2))):
+        kind = draw(st.sampled_from(["col", "sep", "spread", "pin", "gang"]))
+        tasks = tuple(sorted(set(draw(st.lists(st.sampled_from(names), min_size=1,
+                                                max_size=2)))))
+        if kind == "col":
+            plan.add_intent(Colocated(tasks, source="CoLocation"))
+        elif kind == "sep":
+            plan.add_intent(Separated(tasks, source="AntiAffinity"))
+        elif kind == "spread":
+            plan.add_intent(SpreadAtMost(tasks, source="LoadBalance", per_node=2))
+        elif kind == "pin":
+            plan.add_intent(PinnedTo(tasks, source="DataLocality", nodes=("n0",)))
+        else:
+            plan.add_intent(Gang(tasks, source="Gang"))
+    return plan, state
+
+
+SETTINGS = settings(max_examples=1500, deadline=None, derandomize=True,
+                    suppress_health_check=list(HealthCheck))
+
+
+@SETTINGS
+@given(instances())
+def test_verdict_agrees_with_enumeration(inst: tuple[Plan, ClusterState]) -> None:
+    plan, state = inst
+    result = verify(plan, state, timeout=30, check_intents=False)
+    expected = feasible(plan, state)
+    assert result.status is (Verdict.FEASIBLE if expected else Verdict.INFEASIBLE), (
+        result.render())
+    if expected:
+        assert result.witness is not None
+        assert check_placement(plan, state, result.witness) == []
+    else:
+        assert result.explanation is not None and result.explanation.minimal
+        core = result.explanation.ids
+        types = cap_statement_nodes(plan, state)
+        sub, sub_state = sub_instance(plan, state, core, types)
+        assert not feasible(sub, sub_state), "the explanation alone must be infeasible"
+        for sid in core:
+            sub, sub_state = sub_instance(plan, state, core - {sid}, types)
+            assert feasible(sub, sub_state), f"not minimal: dropping {sid} stays infeasible"
+
+
+@settings(max_examples=700, deadline=None, derandomize=True,
+          suppress_health_check=list(HealthCheck))
+@given(instances())
+def test_intent_results_agree_with_enumeration(inst: tuple[Plan, ClusterState]) -> None:
+    plan, state = inst
+    result = verify(plan, state, timeout=30)
+    assert len(result.intents) == len(plan.intents)
+    for r in result.intents:
+        expected = intent_outcome(plan, state, r.intent)
+        if r.intent.kind == "gang" and expected != "vacuous":
+            expected = "proven"
+        assert r.status.value == expected, (r, result.render())
+        if r.status is IntentStatus.VIOLATED:
+            assert r.counterexample is not None
+            assert check_placement(plan, state, r.counterexample, intents=False) == []
+
+
+@settings(max_examples=600, deadline=None, derandomize=True,
+          suppress_health_check=list(HealthCheck))
+@given(instances())
+def test_z3_encodings_alone_agree_with_enumeration(inst: tuple[Plan, ClusterState]) -> None:
+    """Without pre-checks and greedy search, the Z3 encodings alone decide correctly."""
+    import time
+
+    from escher.verify._engine import decide
+    from escher.verify._verify import _to_witness
+
+    plan, state = inst
+    d = decide(plan, state, deadline=time.monotonic() + 30, fast=False)
+    expected = feasible(plan, state)
+    assert d.status == ("feasible" if expected else "infeasible"), d
+    if expected:
+        assert d.placement is not None
+        assert check_placement(plan, state, _to_witness(d.problem, d.placement)) == []
+    else:
+        assert d.method.startswith("z3")
+        sub, sub_state = sub_instance(plan, state, d.core, cap_statement_nodes(plan, state))
+        assert not feasible(sub, sub_state), "the unsat core alone must be infeasible"
