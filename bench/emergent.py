@@ -36,12 +36,22 @@ class Job:
     durations: tuple[float, ...]
 
 
-def _job(rng: random.Random, user: str, name: str, arrival: float, coarse: bool,
-         memory_heavy: bool, scale: float) -> Job:
+def _job(
+    rng: random.Random,
+    user: str,
+    name: str,
+    arrival: float,
+    coarse: bool,
+    memory_heavy: bool,
+    scale: float,
+) -> Job:
     if coarse:
         tasks = rng.randint(3, 12)
-        cpu, memory = (2.0, rng.choice((8.0, 10.0))) if memory_heavy else (
-            rng.choice((3.0, 4.0)), rng.choice((2.0, 3.0)))
+        cpu, memory = (
+            (2.0, rng.choice((8.0, 10.0)))
+            if memory_heavy
+            else (rng.choice((3.0, 4.0)), rng.choice((2.0, 3.0)))
+        )
         mean = rng.uniform(40.0, 120.0)
     else:
         tasks = max(8, int(rng.randint(40, 240) * scale))
@@ -91,8 +101,13 @@ def run(jobs: list[Job], policy_name: str) -> dict[str, float]:
 
     def arrive(job: Job) -> None:
         for d in job.durations:
-            ref = policy.submit(noop, user=job.user, job=job.name, duration=d,
-                                resources={"CPU": job.cpu, "memory": job.memory})
+            ref = policy.submit(
+                noop,
+                user=job.user,
+                job=job.name,
+                duration=d,
+                resources={"CPU": job.cpu, "memory": job.memory},
+            )
             ref.add_done_callback(lambda _r, job=job: done(job))
 
     for job in jobs:
@@ -122,8 +137,14 @@ def main() -> None:
     for index, kind in enumerate(kinds):
         jobs = workload(kind, seed=100 + index, scale=scale)
         result = {p: run(jobs, p) for p in (*FIXED, "adaptive")}
-        rows.append({"workload": f"{kind}-{index + 1}", "jobs": len(jobs),
-                     "tasks": sum(j.tasks for j in jobs), "results": result})
+        rows.append(
+            {
+                "workload": f"{kind}-{index + 1}",
+                "jobs": len(jobs),
+                "tasks": sum(j.tasks for j in jobs),
+                "results": result,
+            }
+        )
     elapsed = time.perf_counter() - started
     _print(rows, elapsed)
     if args.json:
@@ -136,17 +157,22 @@ def _print(rows: list[dict], elapsed: float) -> None:
     names = (*FIXED, "adaptive")
     for metric, label in (("jct", "mean job completion time (s)"), ("makespan", "makespan (s)")):
         print(f"\n{label}; ratio = adaptive / best fixed policy of the same run")
-        print(f"{'workload':<10} {'tasks':>6} " + " ".join(f"{n:>12}" for n in names)
-              + f" {'best fixed':>12} {'ratio':>6} {'switches':>8}")
+        print(
+            f"{'workload':<10} {'tasks':>6} "
+            + " ".join(f"{n:>12}" for n in names)
+            + f" {'best fixed':>12} {'ratio':>6} {'switches':>8}"
+        )
         wins = 0
         for row in rows:
             res = row["results"]
             best_name = min(FIXED, key=lambda n: res[n][metric])
             ratio = res["adaptive"][metric] / res[best_name][metric]
             wins += ratio <= 1.01
-            print(f"{row['workload']:<10} {row['tasks']:>6} "
-                  + " ".join(f"{res[n][metric]:>12.1f}" for n in names)
-                  + f" {best_name:>12} {ratio:>6.3f} {res['adaptive']['switches']:>8}")
+            print(
+                f"{row['workload']:<10} {row['tasks']:>6} "
+                + " ".join(f"{res[n][metric]:>12.1f}" for n in names)
+                + f" {best_name:>12} {ratio:>6.3f} {res['adaptive']['switches']:>8}"
+            )
         print(f"adaptive within 1% of (or better than) the best fixed policy on {wins}/{len(rows)}")
     print(f"\n{len(rows)} workloads x 5 policies in {elapsed:.1f} s")
 

@@ -38,8 +38,10 @@ Workload = Callable[[MemoryBackend, int], list[escher.TaskRef]]
 
 
 def none(b: MemoryBackend, n: int) -> list[escher.TaskRef]:
-    return [b.launch(escher.core.TaskSpec(noop, resources=escher.Resources(CPU1), duration=1.0))
-            for _ in range(n)]
+    return [
+        b.launch(escher.core.TaskSpec(noop, resources=escher.Resources(CPU1), duration=1.0))
+        for _ in range(n)
+    ]
 
 
 def with_policy(policy: esl.Policy, n: int) -> list[escher.TaskRef]:
@@ -122,9 +124,20 @@ def gang_native(b: MemoryBackend, n: int) -> list[escher.TaskRef]:
 
 ROWS: dict[str, Workload] = {
     f.__name__: f
-    for f in (load_balance, anti_affinity, colocation, unknown_group, lb_and_colocation,
-              bin_packing, priority, fair_queue, fair_share, data_locality, soft_constraints,
-              gang_native)
+    for f in (
+        load_balance,
+        anti_affinity,
+        colocation,
+        unknown_group,
+        lb_and_colocation,
+        bin_packing,
+        priority,
+        fair_queue,
+        fair_share,
+        data_locality,
+        soft_constraints,
+        gang_native,
+    )
 }
 
 

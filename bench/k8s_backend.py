@@ -202,8 +202,7 @@ def run_escher(cp: ControlPlane, kube: KubeApi, nodes: list[str], tasks: int) ->
             total = watcher.last_bind - t0
             pods, _ = kube.list_pods(namespace)
             where = {
-                p["metadata"]["labels"]["escher.io/task"]: p["spec"].get("nodeName")
-                for p in pods
+                p["metadata"]["labels"]["escher.io/task"]: p["spec"].get("nodeName") for p in pods
             }
             right = sum(where.get(r.id) == nodes[i % len(nodes)] for i, r in enumerate(refs))
             for ref in refs:
@@ -234,8 +233,7 @@ def main() -> int:
         print(f"{'':28}{'median ms':>12}{'p90 ms':>10}")
         print(f"{'raw PATCH (client)':28}{lat['raw_median_ms']:12.2f}{lat['raw_p90_ms']:10.2f}")
         print(
-            f"{'escher set_resource':28}{lat['escher_median_ms']:12.2f}"
-            f"{lat['escher_p90_ms']:10.2f}"
+            f"{'escher set_resource':28}{lat['escher_median_ms']:12.2f}{lat['escher_p90_ms']:10.2f}"
         )
         print(f"{'escher, after a foreign write':28}{lat['stale_median_ms']:12.2f}"
               "   (stale resourceVersion: 422, GET, retry)")  # fmt: skip

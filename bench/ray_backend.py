@@ -56,8 +56,10 @@ def start() -> Cluster:
             # Keep idle worker processes: a gang's ghosts block one worker per node and its
             # members need a second one; by default Ray trims idle workers after 1 s, and a
             # fresh worker process costs 1-2 s on 2 cores. The same for every path measured.
-            "_system_config": {"idle_worker_killing_time_threshold_ms": 600_000,
-                               "num_workers_soft_limit": 8},
+            "_system_config": {
+                "idle_worker_killing_time_threshold_ms": 600_000,
+                "num_workers_soft_limit": 8,
+            },
         },
     )
     for _ in range(4):
@@ -67,8 +69,9 @@ def start() -> Cluster:
     return cluster
 
 
-def bench_set_resource(backend: RayBackend, local: RayBackend, node: str,
-                       n: int) -> dict[str, float]:
+def bench_set_resource(
+    backend: RayBackend, local: RayBackend, node: str, n: int
+) -> dict[str, float]:
     resize = ray._private.worker.global_worker.gcs_client.resize_raylet_resource_instances
     raw: list[float] = []
     ours: list[float] = []
@@ -89,9 +92,14 @@ def bench_set_resource(backend: RayBackend, local: RayBackend, node: str,
     resize(node, {"escher_bench-raw": 0})
     backend.set_resource("bench-esc", 0, node)
     local.set_resource("bench-loc", 0, node)
-    return {"raw": statistics.median(raw), "escher": statistics.median(ours),
-            "unshared": statistics.median(unshared), "raw_mean": statistics.mean(raw),
-            "escher_mean": statistics.mean(ours), "unshared_mean": statistics.mean(unshared)}
+    return {
+        "raw": statistics.median(raw),
+        "escher": statistics.median(ours),
+        "unshared": statistics.median(unshared),
+        "raw_mean": statistics.mean(raw),
+        "escher_mean": statistics.mean(ours),
+        "unshared_mean": statistics.mean(unshared),
+    }
 
 
 def raw_gang() -> None:
@@ -99,8 +107,15 @@ def raw_gang() -> None:
     ray.get(pg.ready(), timeout=WAIT)
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    refs = [raw_noop.options(num_cpus=2, scheduling_strategy=PlacementGroupSchedulingStrategy(
-        pg, placement_group_bundle_index=i)).remote() for i in range(4)]
+    refs = [
+        raw_noop.options(
+            num_cpus=2,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(
+                pg, placement_group_bundle_index=i
+            ),
+        ).remote()
+        for i in range(4)
+    ]
     ray.get(refs, timeout=WAIT)
     remove_placement_group(pg)
 
@@ -113,14 +128,19 @@ def _diagnose(backend: RayBackend, run: Any, exc: Exception) -> str:
     lines = [f"{type(exc).__name__}: {exc}"]
     for ref in run.refs:
         for label in ref.spec.resources:
-            lines.append(f"  {ref.state.value} wants {label}: escher {state.holding(label)}, "
-                         f"ray {[n[:6] for n, t in raw.items() if 'escher_' + label in t]}")
+            lines.append(
+                f"  {ref.state.value} wants {label}: escher {state.holding(label)}, "
+                f"ray {[n[:6] for n, t in raw.items() if 'escher_' + label in t]}"
+            )
     return "\n".join(lines)
 
 
 def bench_gangs(backend: RayBackend, reps: int) -> dict[str, list[float]]:
-    times: dict[str, list[float]] = {"raw placement group": [], "escher launch_gang": [],
-                                     "gang ESL (ephemeral)": []}
+    times: dict[str, list[float]] = {
+        "raw placement group": [],
+        "escher launch_gang": [],
+        "gang ESL (ephemeral)": [],
+    }
     members = [esl.Member(noop, resources={"CPU": 2}) for _ in range(4)]
     stuck: list[str] = []
     times["stuck"] = stuck  # type: ignore[assignment]
@@ -160,14 +180,14 @@ def bench_throughput(backend: RayBackend, nodes: list[str], n: int) -> dict[str,
         ray.get([raw_noop.options(num_cpus=0.5).remote() for _ in range(n)], timeout=WAIT)
         rates["raw Ray, {CPU: 0.5}"] = n / (time.perf_counter() - t)
         t = time.perf_counter()
-        refs = [backend.launch(TaskSpec(noop, resources=Resources({"CPU": 0.5})))
-                for _ in range(n)]
+        refs = [backend.launch(TaskSpec(noop, resources=Resources({"CPU": 0.5}))) for _ in range(n)]
         escher.get(refs, timeout=WAIT)
         rates["escher, {CPU: 0.5}"] = n / (time.perf_counter() - t)
         t = time.perf_counter()
-        refs = [backend.launch(TaskSpec(noop, resources=Resources({"CPU": 0.5,
-                                                                   "bench-slot": 1})))
-                for _ in range(n)]
+        refs = [
+            backend.launch(TaskSpec(noop, resources=Resources({"CPU": 0.5, "bench-slot": 1})))
+            for _ in range(n)
+        ]
         escher.get(refs, timeout=WAIT)
         rates["escher, {CPU: 0.5, bench-slot: 1}"] = n / (time.perf_counter() - t)
     for node in nodes:
@@ -188,21 +208,29 @@ def main() -> None:
     backend = RayBackend(address=cluster.address, mode=args.mode)
     escher.init(backend)
     try:
-        nodes = sorted(n for n, node in backend.get_cluster_state().nodes.items()
-                       if node.total.get("CPU", 0) >= 2)
+        nodes = sorted(
+            n
+            for n, node in backend.get_cluster_state().nodes.items()
+            if node.total.get("CPU", 0) >= 2
+        )
         print(f"mode={backend.mode}, {len(nodes)} worker nodes\n")
 
         local = RayBackend(address=cluster.address, mode=args.mode, share_writes=False)
         s = bench_set_resource(backend, local, nodes[0], n_set)
         local.close()
         print(f"1. set_resource, {n_set} calls (median / mean, ms)")
-        print(f"   {'raw resize call':28s} {s['raw'] * 1e3:7.3f} / {s['raw_mean'] * 1e3:7.3f}"
-              "   1.00x")
-        print(f"   {'escher set_resource':28s} {s['escher'] * 1e3:7.3f} / "
-              f"{s['escher_mean'] * 1e3:7.3f}   {s['escher'] / s['raw']:.2f}x (median)"
-              f"  target < 1.20x")
-        print(f"   {'  share_writes=False':28s} {s['unshared'] * 1e3:7.3f} / "
-              f"{s['unshared_mean'] * 1e3:7.3f}   {s['unshared'] / s['raw']:.2f}x (median)\n")
+        print(
+            f"   {'raw resize call':28s} {s['raw'] * 1e3:7.3f} / {s['raw_mean'] * 1e3:7.3f}   1.00x"
+        )
+        print(
+            f"   {'escher set_resource':28s} {s['escher'] * 1e3:7.3f} / "
+            f"{s['escher_mean'] * 1e3:7.3f}   {s['escher'] / s['raw']:.2f}x (median)"
+            f"  target < 1.20x"
+        )
+        print(
+            f"   {'  share_writes=False':28s} {s['unshared'] * 1e3:7.3f} / "
+            f"{s['unshared_mean'] * 1e3:7.3f}   {s['unshared'] / s['raw']:.2f}x (median)\n"
+        )
 
         g = bench_gangs(backend, reps)
         stuck = g.pop("stuck")

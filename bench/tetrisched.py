@@ -32,8 +32,7 @@ from escher.esl import FirstOf
 from escher.esl.deadline import DeadlineJob, Greedy, Option, PlanAhead
 
 NODES: dict[str, Any] = {
-    **{f"gpu{i}": {"resources": {"CPU": 8, "GPU": 2}, "labels": {"type": "gpu"}}
-       for i in range(2)},
+    **{f"gpu{i}": {"resources": {"CPU": 8, "GPU": 2}, "labels": {"type": "gpu"}} for i in range(2)},
     **{f"cpu{i}": {"resources": {"CPU": 16}, "labels": {"type": "cpu"}} for i in range(4)},
 }
 CAPACITY = {"GPU": 4.0, "CPU": 80.0}
@@ -62,8 +61,11 @@ def jobs(seed: int, count: int, load: float, error: float) -> list[Spec]:
         true = rng.uniform(20.0, 60.0)
         estimate = true * (1.0 + rng.uniform(-error, error))
         slack = rng.uniform(1.5, 4.5)
-        out.append(Spec(f"j{i}", round(t, 3), round(true, 3), round(estimate, 3),
-                        round(t + slack * true, 3)))
+        out.append(
+            Spec(
+                f"j{i}", round(t, 3), round(true, 3), round(estimate, 3), round(t + slack * true, 3)
+            )
+        )
     return out
 
 
@@ -92,8 +94,9 @@ def run(specs: list[Spec], policy_name: str) -> dict[str, float]:
     else:
         backend.set_resource("cpunode", MAX_CAPACITY, {"CPU": 16})
         timeout = float(policy_name.split("-")[1].rstrip("s"))
-        policy = FirstOf({"GPU": 1, "CPU": 1}, {"CPU": 4, "cpunode": 1}, timeout=timeout,
-                         backend=backend)
+        policy = FirstOf(
+            {"GPU": 1, "CPU": 1}, {"CPU": 4, "cpunode": 1}, timeout=timeout, backend=backend
+        )
 
     def arrive(spec: Spec) -> None:
         if isinstance(policy, FirstOf):
@@ -104,8 +107,9 @@ def run(specs: list[Spec], policy_name: str) -> dict[str, float]:
             Option({"GPU": 1, "CPU": 1}, spec.gpu_estimate, {"type": "gpu"}),
             Option({"CPU": 4}, spec.gpu_estimate * SLOWDOWN, {"type": "cpu"}),
         )
-        handle = policy.submit(DeadlineJob(spec.name, spec.deadline, options), work,
-                               spec.name, spec.gpu_true)
+        handle = policy.submit(
+            DeadlineJob(spec.name, spec.deadline, options), work, spec.name, spec.gpu_true
+        )
 
         def watch() -> None:  # attach the end callback once the job has a task
             if handle.ref is None:
@@ -155,18 +159,25 @@ def main() -> None:
                 specs = jobs(seed, count, load, error)
                 for p in POLICIES:
                     per[p].append(run(specs, p))
-            table[key] = {p: {m: statistics.fmean(r[m] for r in rs) for m in rs[0]}
-                          for p, rs in per.items()}
+            table[key] = {
+                p: {m: statistics.fmean(r[m] for r in rs) for m in rs[0]} for p, rs in per.items()
+            }
     elapsed = time.perf_counter() - started
-    print(f"{count} jobs x {len(seeds)} seeds per row; ratio = SLO attainment / greedy's "
-          "in the same run\n")
-    print(f"{'setting':<24} {'policy':<11} {'SLO met':>8} {'ratio':>6} {'GPU util':>9} "
-          f"{'CPU util':>9} {'on GPU':>7}")
+    print(
+        f"{count} jobs x {len(seeds)} seeds per row; ratio = SLO attainment / greedy's "
+        "in the same run\n"
+    )
+    print(
+        f"{'setting':<24} {'policy':<11} {'SLO met':>8} {'ratio':>6} {'GPU util':>9} "
+        f"{'CPU util':>9} {'on GPU':>7}"
+    )
     for key, rows in table.items():
         base = rows["greedy"]["slo"]
         for p, r in rows.items():
-            print(f"{key:<24} {p:<11} {r['slo']:>8.1%} {r['slo'] / base:>6.2f} "
-                  f"{r['gpu_util']:>9.1%} {r['cpu_util']:>9.1%} {r['on_gpu']:>7.1%}")
+            print(
+                f"{key:<24} {p:<11} {r['slo']:>8.1%} {r['slo'] / base:>6.2f} "
+                f"{r['gpu_util']:>9.1%} {r['cpu_util']:>9.1%} {r['on_gpu']:>7.1%}"
+            )
     print(f"\n{elapsed:.1f} s")
     if args.json:
         Path(args.json).write_text(json.dumps(table, indent=1))

@@ -58,8 +58,12 @@ SHAPES: dict[str, dict[str, float]] = {
     "gpu3": {"CPU": 4, "GPU": 3, "memory": 32},
     "fpga1": {"CPU": 4, "FPGA": 1, "memory": 16},
 }
-FILLERS = {"cpu": ["small", "medium"], "large": ["bigmem", "medium", "small"],
-           "gpu8": ["small", "medium"], "fpga": ["small"]}
+FILLERS = {
+    "cpu": ["small", "medium"],
+    "large": ["bigmem", "medium", "small"],
+    "gpu8": ["small", "medium"],
+    "fpga": ["small"],
+}
 
 
 def _fits(req: dict[str, float], free: dict[str, float]) -> bool:
@@ -83,8 +87,9 @@ def make(n_nodes: int, family: str, seed: int) -> tuple[Plan, ClusterState, bool
         if rng.random() < 0.2:
             for k, v in rng.choice(LOADS[kind]).items():
                 avail[k] -= v
-        nodes.append({"id": f"{kind}-{i:05d}", "total": total, "available": avail,
-                      "labels": {"type": kind}})
+        nodes.append(
+            {"id": f"{kind}-{i:05d}", "total": total, "available": avail, "labels": {"type": kind}}
+        )
         free = dict(avail)
         if kind == "gpu8":
             if family == "d":
@@ -197,8 +202,9 @@ def baseline(plan: Plan, state: ClusterState, timeout: float) -> tuple[str, floa
     t1 = time.perf_counter()
     res = s.check()
     solve = time.perf_counter() - t1
-    verdict = ("feasible" if res == z3.sat else "infeasible" if res == z3.unsat
-               else "unknown (timeout)")
+    verdict = (
+        "feasible" if res == z3.sat else "infeasible" if res == z3.unsat else "unknown (timeout)"
+    )
     return verdict, build, solve
 
 
@@ -214,9 +220,11 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=7)
     args = ap.parse_args()
     sizes = [100] if args.quick else [100, 1000, 10000]
-    print(f"{'size':>13} {'fam':>3} {'expect':>10} {'escher':>10} {'s':>7} {'model s':>7} "
-          f"{'method':>24} "
-          f"{'baseline':>24} {'build s':>8} {'solve s':>8} {'ratio':>7} agree")
+    print(
+        f"{'size':>13} {'fam':>3} {'expect':>10} {'escher':>10} {'s':>7} {'model s':>7} "
+        f"{'method':>24} "
+        f"{'baseline':>24} {'build s':>8} {'solve s':>8} {'ratio':>7} agree"
+    )
     all_agree = True
     for n in sizes:
         for family in "abcd":
@@ -238,17 +246,21 @@ def main() -> int:
                 bagree = "" if not done else ("" if bv == expect else " (baseline disagrees!)")
             else:
                 bv, bb, bs, ratio, bagree = "not run", 0.0, 0.0, "-", ""
-            print(f"{n:>5}x{replicas:<7} {family:>3} {expect:>10} {result.status.value:>10} "
-                  f"{ours:7.2f} {result.stats['seconds'].get('build', 0.0):7.2f} "
-                  f"{result.stats['method'][:24]:>24} {bv[:24]:>24} {bb:8.2f} "
-                  f"{bs:8.2f} {ratio:>7} {'yes' if agree else 'NO'}{bagree}")
+            print(
+                f"{n:>5}x{replicas:<7} {family:>3} {expect:>10} {result.status.value:>10} "
+                f"{ours:7.2f} {result.stats['seconds'].get('build', 0.0):7.2f} "
+                f"{result.stats['method'][:24]:>24} {bv[:24]:>24} {bb:8.2f} "
+                f"{bs:8.2f} {ratio:>7} {'yes' if agree else 'NO'}{bagree}"
+            )
             sys.stdout.flush()
             if family in "bcd" and result.explanation is not None and n == sizes[0]:
-                print("      explanation: " + "; ".join(
-                    s.text[:70] for s in result.explanation.statements[:6])
+                print(
+                    "      explanation: "
+                    + "; ".join(s.text[:70] for s in result.explanation.statements[:6])
                     + (" ..." if len(result.explanation.statements) > 6 else "")
                     + f" [{len(result.explanation.statements)} statements, "
-                    f"minimal={result.explanation.minimal}]")
+                    f"minimal={result.explanation.minimal}]"
+                )
     print("all verdicts agree with the construction" if all_agree else "DISAGREEMENT")
     return 0 if all_agree else 1
 

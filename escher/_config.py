@@ -119,7 +119,7 @@ def resolve(
     prefix = f"ESCHER_{name.upper().replace('-', '_')}_"
     for key, raw in env.items():
         if key.startswith(prefix):
-            merged[key[len(prefix):].lower()] = _env_value(raw)
+            merged[key[len(prefix) :].lower()] = _env_value(raw)
     merged.update(options or {})
     tables = {k: v for k, v in table.items() if isinstance(v, dict)}
     return Config(backend=name, options=merged, sources=tuple(sources), tables=tables)

@@ -18,6 +18,7 @@ def _console() -> Console:
     """A console on the current stdout; wide when it is not a terminal (pipes, CI logs)."""
     return Console(width=None if sys.stdout.isatty() else 160)
 
+
 # Subcommands that live next to the feature they drive, imported only when used.
 _LAZY_COMMANDS = {
     "verify": ("escher.verify._cli", "verify"),
@@ -77,8 +78,11 @@ def backends() -> None:
     for name, entry in sorted(known_backends().items()):
         try:
             cls = get_backend_class(name)
-            caps = ", ".join(c.name or "" for c in type(cls.capabilities) if c in cls.capabilities
-                             and c.name != "NONE")
+            caps = ", ".join(
+                c.name or ""
+                for c in type(cls.capabilities)
+                if c in cls.capabilities and c.name != "NONE"
+            )
             status = "[green]available[/green]"
         except EscherError:
             caps, status = "", f"[yellow]not installed[/yellow]: {entry.install_hint or ''}"

@@ -44,7 +44,7 @@ def test_precedence_argument_env_file(tmp_path: Path) -> None:
 def test_pyproject_tool_table_found_upwards(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text(
         '[project]\nname = "x"\n[tool.escher]\nbackend = "memory"\n'
-        '[tool.escher.memory]\nnodes = { a = { CPU = 1 } }\n'
+        "[tool.escher.memory]\nnodes = { a = { CPU = 1 } }\n"
     )
     nested = tmp_path / "src" / "pkg"
     nested.mkdir(parents=True)
@@ -66,7 +66,7 @@ def test_k8s_alias_and_explicit_config_file(tmp_path: Path) -> None:
         ("backend = \n", "not valid TOML"),
         ('backnd = "memory"\n', "Did you mean 'backend'"),
         ("backend = 3\n", "must be a string"),
-        ('[memory]\nnodes = 1\n[memroy]\nx = 1\n', "Did you mean 'memory'"),
+        ("[memory]\nnodes = 1\n[memroy]\nx = 1\n", "Did you mean 'memory'"),
     ],
 )
 def test_malformed_config_files(tmp_path: Path, text: str, fragment: str) -> None:
@@ -108,8 +108,9 @@ def test_entry_point_discovery(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     )
     dist = tmp_path / "thirdparty_backend-1.0.dist-info"
     dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: thirdparty-backend\n"
-                                   "Version: 1.0\n")
+    (dist / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: thirdparty-backend\nVersion: 1.0\n"
+    )
     (dist / "entry_points.txt").write_text(
         "[escher.backends]\nthirdparty = thirdparty_backend:ThirdParty\n"
     )
@@ -148,7 +149,7 @@ def test_task_decorator_rejects_unknown_options() -> None:
 def test_cli_backends_state_and_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("ESCHER_BACKEND", raising=False)
-    nodes = '[memory]\nnodes = { a = { CPU = 2 }, b = { GPU = 1 } }\n'
+    nodes = "[memory]\nnodes = { a = { CPU = 2 }, b = { GPU = 1 } }\n"
     (tmp_path / "escher.toml").write_text(nodes)
     runner = CliRunner()
     result = runner.invoke(main, ["backends"])

@@ -1,6 +1,8 @@
 """Every ```python block in docs/ runs, page by page, in one namespace per page.
 
 Blocks fenced ```python no-run are skipped (cluster-only snippets that another test runs).
+A page with a block fenced ```python k8s needs the local control plane: its test carries
+the ``k8s`` marker.
 Each page starts with no active backend and ends with escher shut down.
 """
 
@@ -23,10 +25,16 @@ def python_blocks(page: Path) -> list[str]:
     return [code for flags, code in _BLOCK.findall(page.read_text()) if "no-run" not in flags]
 
 
+def _param(page: Path) -> object:
+    flags = [f.split() for f, _ in _BLOCK.findall(page.read_text())]
+    marks = [pytest.mark.k8s] if any("k8s" in f and "no-run" not in f for f in flags) else []
+    return pytest.param(page, marks=marks, id=str(page.relative_to(DOCS)))
+
+
 PAGES = sorted(p for p in DOCS.rglob("*.md") if python_blocks(p))
 
 
-@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(DOCS)) for p in PAGES])
+@pytest.mark.parametrize("page", [_param(p) for p in PAGES])
 def test_page_code_runs(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)  # pages may write files; no config file is found here
     for var in ("ESCHER_BACKEND", "ESCHER_CONFIG"):

@@ -22,20 +22,34 @@ from escher.core.errors import ValidationError, did_you_mean
 
 #: Workload name -> (module, one-line description), in the paper's order.
 WORKLOADS: dict[str, tuple[str, str]] = {
-    "alphazero": ("escher.bench.workloads.alphazero",
-                  "AlphaZero self-play: co-location + load balancing vs locality-unaware"),
-    "wordcount": ("escher.bench.workloads.wordcount",
-                  "WordCount/MapReduce at 10/50/100 nodes: generic vs native vs data-locality"),
-    "gandiva": ("escher.bench.workloads.gandiva",
-                "Gandiva-style GPU packing on a tuning workload (12 GPUs)"),
-    "gang": ("escher.bench.workloads.gang",
-             "Gang scheduling latency: native vs gang ESL vs application-level"),
-    "fairshare": ("escher.bench.workloads.fairshare",
-                  "Hierarchical fair sharing: two organisations, users arriving over time"),
-    "overhead": ("escher.bench.workloads.overhead",
-                 "Scheduling overhead vs live ephemeral resources; 1 vs 100 requested"),
-    "simulator": ("escher.bench.workloads.simulator",
-                  "Simulator speed: 100 nodes x 100,000 tasks, events per second"),
+    "alphazero": (
+        "escher.bench.workloads.alphazero",
+        "AlphaZero self-play: co-location + load balancing vs locality-unaware",
+    ),
+    "wordcount": (
+        "escher.bench.workloads.wordcount",
+        "WordCount/MapReduce at 10/50/100 nodes: generic vs native vs data-locality",
+    ),
+    "gandiva": (
+        "escher.bench.workloads.gandiva",
+        "Gandiva-style GPU packing on a tuning workload (12 GPUs)",
+    ),
+    "gang": (
+        "escher.bench.workloads.gang",
+        "Gang scheduling latency: native vs gang ESL vs application-level",
+    ),
+    "fairshare": (
+        "escher.bench.workloads.fairshare",
+        "Hierarchical fair sharing: two organisations, users arriving over time",
+    ),
+    "overhead": (
+        "escher.bench.workloads.overhead",
+        "Scheduling overhead vs live ephemeral resources; 1 vs 100 requested",
+    ),
+    "simulator": (
+        "escher.bench.workloads.simulator",
+        "Simulator speed: 100 nodes x 100,000 tasks, events per second",
+    ),
 }
 
 

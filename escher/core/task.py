@@ -97,8 +97,10 @@ class TaskSpec:
         if not self.name:
             name = getattr(self.fn, "__name__", None) or (self.command or ["task"])[0]
             object.__setattr__(self, "name", str(name))
-        if isinstance(self.max_retries, bool) or not isinstance(self.max_retries, int) or (
-            self.max_retries < 0
+        if (
+            isinstance(self.max_retries, bool)
+            or not isinstance(self.max_retries, int)
+            or (self.max_retries < 0)
         ):
             raise ValidationError(f"max_retries must be an int >= 0, got {self.max_retries!r}.")
         if self.duration is not None:

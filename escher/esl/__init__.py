@@ -16,34 +16,70 @@ Example (the paper's co-location + load balancing)::
 from escher.esl._base import ESL, Action, Constraint, PlanParts, Policy, RecoveryReport
 from escher.esl._colocation import CoLocation, Group
 from escher.esl._compose import AllOf, FirstOf, Requests, SoftConstraints, SoftTaskRef
+from escher.esl._deadline_check import Busy, DeadlineCheck, check_deadlines
 from escher.esl._fair import Bound, FairShare, Priority, WeightedFairQueue
 from escher.esl._gang import Gang, GangRun, Member
 from escher.esl._locality import DataLocality
 from escher.esl._signal import Barrier, Event, Signals, TaskQueue
 from escher.esl._spread import AntiAffinity, BinPacking, LoadBalance
+from escher.esl.adaptive import AdaptivePolicy, Decision, Observation, Prediction, simulate
+from escher.esl.deadline import DeadlineJob, Greedy, JobHandle, PlanAhead
+from escher.esl.deadline import Option as DeadlineOption
+from escher.esl.queueing import (
+    DRF,
+    FIFO,
+    ORDERINGS,
+    FairMemory,
+    FairThreads,
+    Ordering,
+    QueuedTask,
+    QueueingPolicy,
+    dominant_share,
+    drf_allocation,
+    plan_quotas,
+)
 
 __all__ = [
+    "DRF",
     "ESL",
+    "FIFO",
+    "ORDERINGS",
     "Action",
+    "AdaptivePolicy",
     "AllOf",
     "AntiAffinity",
     "Barrier",
     "BinPacking",
     "Bound",
+    "Busy",
     "CoLocation",
     "Constraint",
     "DataLocality",
+    "DeadlineCheck",
+    "DeadlineJob",
+    "DeadlineOption",
+    "Decision",
     "Event",
+    "FairMemory",
     "FairShare",
+    "FairThreads",
     "FirstOf",
     "Gang",
     "GangRun",
+    "Greedy",
     "Group",
+    "JobHandle",
     "LoadBalance",
     "Member",
+    "Observation",
+    "Ordering",
+    "PlanAhead",
     "PlanParts",
     "Policy",
+    "Prediction",
     "Priority",
+    "QueuedTask",
+    "QueueingPolicy",
     "RecoveryReport",
     "Requests",
     "Signals",
@@ -51,4 +87,9 @@ __all__ = [
     "SoftTaskRef",
     "TaskQueue",
     "WeightedFairQueue",
+    "check_deadlines",
+    "dominant_share",
+    "drf_allocation",
+    "plan_quotas",
+    "simulate",
 ]

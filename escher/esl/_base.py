@@ -274,13 +274,19 @@ class Policy:
             names = (f"{name}-first",)
             if count > 1:
                 plan.add_task(
-                    name, base + parts.request, count=count - 1,
-                    creates=parts.creates or None, source=source,
+                    name,
+                    base + parts.request,
+                    count=count - 1,
+                    creates=parts.creates or None,
+                    source=source,
                 )
                 names += (name,)
         else:
             plan.add_task(
-                name, base + parts.request, count=count, creates=parts.creates or None,
+                name,
+                base + parts.request,
+                count=count,
+                creates=parts.creates or None,
                 source=source,
             )
         for build in parts.intents:
@@ -326,9 +332,7 @@ class RecoveryReport:
         return not self.lost
 
 
-def _delete_all(
-    backend: Backend, ledger: dict[str, _Entry], lock: threading.RLock
-) -> list[str]:
+def _delete_all(backend: Backend, ledger: dict[str, _Entry], lock: threading.RLock) -> list[str]:
     """Delete every label of `ledger` wherever it exists. Returns the errors, as text."""
     with lock:
         labels = {label: set(entry.capacities) for label, entry in ledger.items()}
@@ -444,8 +448,14 @@ class ESL(Policy):
                     entry.capacities.pop(node, None)
         return nodes
 
-    def own(self, label: str, *, need: Mapping[str, float] | None = None,
-            restorable: bool = True, why_not: str = "") -> str:
+    def own(
+        self,
+        label: str,
+        *,
+        need: Mapping[str, float] | None = None,
+        restorable: bool = True,
+        why_not: str = "",
+    ) -> str:
         """Record `label` as owned although tasks create it (so `close()` deletes it)."""
         with self._lock:
             entry = self._ledger.setdefault(label, _Entry())

@@ -105,8 +105,11 @@ class Group(Policy):
                 f"group {self.name!r} has {self.size} members already; make a new group."
             )
         return super().launch(
-            fn, *args, resources=self.resources if resources is None else resources,
-            name=name, **kwargs,
+            fn,
+            *args,
+            resources=self.resources if resources is None else resources,
+            name=name,
+            **kwargs,
         )
 
     def _launched(self, ref: TaskRef) -> None:

@@ -125,14 +125,16 @@ def check_deadlines(
         choices[job.name] = found
     if hopeless:
         return DeadlineCheck(
-            Verdict.INFEASIBLE, conflict=tuple(hopeless),
+            Verdict.INFEASIBLE,
+            conflict=tuple(hopeless),
             reason=f"even alone on an idle node, {', '.join(hopeless)} cannot finish by "
-                   "the deadline with any option.",
+            "the deadline with any option.",
             seconds=time.perf_counter() - started,
         )
     if not jobs:
-        return DeadlineCheck(Verdict.FEASIBLE, reason="no jobs.",
-                             seconds=time.perf_counter() - started)
+        return DeadlineCheck(
+            Verdict.FEASIBLE, reason="no jobs.", seconds=time.perf_counter() - started
+        )
 
     solver = z3.Solver()
     solver.set("timeout", max(1, int(timeout * 1000)))
@@ -146,8 +148,12 @@ def check_deadlines(
         name = job.name
         solver.add(start[name] >= now)
         solver.add(z3.PbEq([(b, 1) for b in pick[name]], 1))
-        duration = z3.Sum([z3.If(b, z3.RealVal(c[2]), z3.RealVal(0))
-                           for b, c in zip(pick[name], choices[name], strict=True)])
+        duration = z3.Sum(
+            [
+                z3.If(b, z3.RealVal(c[2]), z3.RealVal(0))
+                for b, c in zip(pick[name], choices[name], strict=True)
+            ]
+        )
         met = z3.Bool(f"deadline[{name}]")
         solver.add(z3.Implies(met, start[name] + duration <= job.deadline))
         assumptions.append(met)
@@ -183,19 +189,27 @@ def check_deadlines(
                 if z3.is_true(model.eval(b, model_completion=True)):
                     value = model.eval(start[job.name], model_completion=True)
                     schedule[job.name] = (index, nid, _to_float(value))
-        return DeadlineCheck(Verdict.FEASIBLE, schedule=schedule,
-                             reason="every job can meet its deadline.", seconds=seconds)
+        return DeadlineCheck(
+            Verdict.FEASIBLE,
+            schedule=schedule,
+            reason="every job can meet its deadline.",
+            seconds=seconds,
+        )
     if answer == z3.unsat:
         core = {str(c) for c in solver.unsat_core()}
         conflict = tuple(j.name for j in jobs if f"deadline[{j.name}]" in core)
         return DeadlineCheck(
-            Verdict.INFEASIBLE, conflict=conflict,
+            Verdict.INFEASIBLE,
+            conflict=conflict,
             reason=f"jobs {', '.join(conflict)} cannot all finish by their deadlines on these "
-                   "nodes, whatever the options and start times.",
+            "nodes, whatever the options and start times.",
             seconds=seconds,
         )
-    return DeadlineCheck(Verdict.UNKNOWN, reason=f"no answer within {timeout:g}s "
-                         f"({solver.reason_unknown()}).", seconds=seconds)
+    return DeadlineCheck(
+        Verdict.UNKNOWN,
+        reason=f"no answer within {timeout:g}s ({solver.reason_unknown()}).",
+        seconds=seconds,
+    )
 
 
 def _to_float(value: z3.ExprRef) -> float:

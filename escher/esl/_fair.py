@@ -114,7 +114,9 @@ class Priority(ESL):
         source = self.source
         self.high = Bound(self, {self.unit: 1}, f"{source}.high")
         self.low = Bound(
-            self, {self.unit: levels}, f"{source}.low",
+            self,
+            {self.unit: levels},
+            f"{source}.low",
             [lambda names: SpreadAtMost(names, source=f"{source}.low", per_node=1)],
         )
 
@@ -187,9 +189,7 @@ class WeightedFairQueue(ESL):
             raise ValidationError(f"no queue {queue!r}; known: {sorted(self.labels)}.")
         source = f"{self.source}.queue({queue!r})"
         cap = int(max(self.shares()[queue].values(), default=0))
-        intents = (
-            [lambda names: SpreadAtMost(names, source=source, per_node=cap)] if cap else []
-        )
+        intents = [lambda names: SpreadAtMost(names, source=source, per_node=cap)] if cap else []
         return Bound(self, {self.labels[queue]: 1}, source, intents)
 
 
@@ -266,7 +266,9 @@ class FairShare(ESL):
         nodes = tuple(n for n, cap in self.shares()[user].items() if cap > 0)
         source = f"{self.source}.user({user!r})"
         return Bound(
-            self, {self.labels[user]: 1}, source,
+            self,
+            {self.labels[user]: 1},
+            source,
             [lambda names: PinnedTo(names, source=source, nodes=nodes)] if nodes else [],
             also=also,
         )
@@ -287,8 +289,11 @@ class FairShare(ESL):
         if not granted:
             raise ValidationError(f"user {user!r} has no share on any node; raise its weight.")
         child = FairShare(
-            self.backend, slots_per_node=granted, nodes=sorted(granted),
-            name=name or f"{self.name}.{user}", _parent=(self, user),
+            self.backend,
+            slots_per_node=granted,
+            nodes=sorted(granted),
+            name=name or f"{self.name}.{user}",
+            _parent=(self, user),
         )
         self.children[user] = child
         return child

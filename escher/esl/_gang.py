@@ -230,9 +230,14 @@ class Gang(ESL):
             self._serial += 1
             tag = f"{self._serial}"
         alive = self.label(f"{tag}-alive")
-        labels = [self.own(self.label(f"{tag}-m{i}"), restorable=False,
-                           why_not="a gang reservation is not moved")
-                  for i in range(len(run.members))]
+        labels = [
+            self.own(
+                self.label(f"{tag}-m{i}"),
+                restorable=False,
+                why_not="a gang reservation is not moved",
+            )
+            for i in range(len(run.members))
+        ]
         state = self.backend.get_cluster_state()
         for nid in sorted(state.nodes):
             self.set_resource(alive, 1, nid, restorable=False)

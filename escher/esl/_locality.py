@@ -36,7 +36,8 @@ class DataLocality(ESL):
             raise ValidationError(f"dataset must be a non-empty string, got {dataset!r}.")
         if dataset not in self.labels:
             self.labels[dataset] = self.own(
-                self.label(dataset), restorable=False,
+                self.label(dataset),
+                restorable=False,
                 why_not="the data lived on that node; refresh() its new locations",
             )
         return self.labels[dataset]
@@ -71,7 +72,9 @@ class DataLocality(ESL):
         nodes = tuple(self.locations(dataset))
         source = f"{self.source}.near({dataset!r})"
         return Bound(
-            self, {label: 1}, source,
+            self,
+            {label: 1},
+            source,
             [lambda names: PinnedTo(names, source=source, nodes=nodes)] if nodes else [],
         )
 

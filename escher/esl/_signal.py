@@ -57,8 +57,11 @@ class Event:
     def __init__(self, owner: Signals, name: str) -> None:
         self.owner = owner
         self.name = name
-        self.label = owner.own(owner.label(f"ev-{name}"), restorable=False,
-                               why_not="an event is set again by its setter")
+        self.label = owner.own(
+            owner.label(f"ev-{name}"),
+            restorable=False,
+            why_not="an event is set again by its setter",
+        )
         self.setter = _Setter(owner, [self.label], f"{owner.source}.event({name!r}).setter")
         self.waiter = Bound(owner, {self.label: 1}, f"{owner.source}.event({name!r}).waiter")
 

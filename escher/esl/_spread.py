@@ -98,11 +98,14 @@ class AntiAffinity(_PerNode):
         source = self.source
         per_node = self.per_node
         if per_node == 1:
+
             def intent(names: tuple[str, ...]) -> Any:
                 return Separated(names, source=source)
         else:
+
             def intent(names: tuple[str, ...]) -> Any:
                 return SpreadAtMost(names, source=source, per_node=per_node)
+
         return PlanParts(self._resources_parts(), Resources({self.unit: 1}), intents=[intent])
 
     def launch(
@@ -119,16 +122,28 @@ class AntiAffinity(_PerNode):
         self._check_open()
         with self._lock:
             self._ghost_ids += 1
-            task_label = self.own(self.label(f"t{self._ghost_ids}"), restorable=False,
-                                  why_not="its task ran there")
+            task_label = self.own(
+                self.label(f"t{self._ghost_ids}"), restorable=False, why_not="its task ran there"
+            )
         ghost = self.backend.launch(
-            build_spec(_take_unit, (self.unit, task_label), {}, Constraint(
-                Resources({self.unit: 1})), None, f"ghost-{name or fn.__name__}",
-                self._record)
+            build_spec(
+                _take_unit,
+                (self.unit, task_label),
+                {},
+                Constraint(Resources({self.unit: 1})),
+                None,
+                f"ghost-{name or fn.__name__}",
+                self._record,
+            )
         )
         options = split_options(kwargs)
         spec = build_spec(
-            fn, args, kwargs, Constraint(Resources({task_label: 1})), resources, name,
+            fn,
+            args,
+            kwargs,
+            Constraint(Resources({task_label: 1})),
+            resources,
+            name,
             **options,
         )
         ref = self.backend.launch(spec)

@@ -233,12 +233,20 @@ class AdaptivePolicy(QueueingPolicy):
         self._ticking = False
 
     # --- watching --------------------------------------------------------------------------
-    def submit(self, fn: Callable[..., Any], *args: Any, user: str,
-               resources: Mapping[str, float] | None = None, job: str | None = None,
-               name: str | None = None, **kwargs: Any) -> TaskRef:
+    def submit(
+        self,
+        fn: Callable[..., Any],
+        *args: Any,
+        user: str,
+        resources: Mapping[str, float] | None = None,
+        job: str | None = None,
+        name: str | None = None,
+        **kwargs: Any,
+    ) -> TaskRef:
         """Like `QueueingPolicy.submit`; a new job triggers a decision."""
-        ref = super().submit(fn, *args, user=user, resources=resources, job=job, name=name,
-                             **kwargs)
+        ref = super().submit(
+            fn, *args, user=user, resources=resources, job=job, name=name, **kwargs
+        )
         key = job or name or ""
         with self._lock:
             new = key not in self._jobs

@@ -93,8 +93,10 @@ class DeadlineJob:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise ValidationError(f"job name must be a non-empty string, got {self.name!r}.")
-        if isinstance(self.deadline, bool) or not isinstance(self.deadline, int | float) or (
-            not math.isfinite(self.deadline)
+        if (
+            isinstance(self.deadline, bool)
+            or not isinstance(self.deadline, int | float)
+            or (not math.isfinite(self.deadline))
         ):
             raise ValidationError(f"deadline of {self.name!r} must be a finite number.")
         options = tuple(self.options)
@@ -205,8 +207,9 @@ class _DeadlineESL(ESL):
         self._cycle_soon = False
 
     # --- submission -------------------------------------------------------------------------
-    def submit(self, job: DeadlineJob, fn: Callable[..., Any], *args: Any,
-               **kwargs: Any) -> JobHandle:
+    def submit(
+        self, job: DeadlineJob, fn: Callable[..., Any], *args: Any, **kwargs: Any
+    ) -> JobHandle:
         """Queue `job`, whose task runs `fn(*args, **kwargs)` once the policy starts it.
 
         Args:
@@ -239,8 +242,9 @@ class _DeadlineESL(ESL):
         def launch(index: int, node: str) -> TaskRef:
             self.set_resource(label, 1, node)
             request = Resources.of(job.options[index].resources)
-            spec = build_spec(fn, args, kwargs, Constraint(Resources.of({label: 1})),
-                              request, job.name, **options)
+            spec = build_spec(
+                fn, args, kwargs, Constraint(Resources.of({label: 1})), request, job.name, **options
+            )
             ref = self.backend.launch(spec)
             ref.add_done_callback(lambda _r: self._ended(label))
             return ref
@@ -298,8 +302,10 @@ class _DeadlineESL(ESL):
     def _candidates(self, job: DeadlineJob, state: ClusterState, index: int) -> list[str]:
         option = job.options[index]
         return [
-            n for n in self.nodes
-            if n in state.nodes and state.nodes[n].alive
+            n
+            for n in self.nodes
+            if n in state.nodes
+            and state.nodes[n].alive
             and option.allows(state.nodes[n].labels, state.nodes[n].total)
         ]
 
@@ -339,9 +345,7 @@ class PlanAhead(_DeadlineESL):
     def calendars(self, state: ClusterState) -> dict[str, _Calendar]:
         """Each node's calendar: free now, plus the expected ends of this policy's jobs."""
         now = self.backend.clock.now()
-        calendars = {
-            n: _Calendar(state.nodes[n].available) for n in self.nodes if n in state.nodes
-        }
+        calendars = {n: _Calendar(state.nodes[n].available) for n in self.nodes if n in state.nodes}
         for handle in self.running():
             end = handle.expected_end(now, self.period)
             if end is not None and handle.node in calendars and handle.option is not None:
@@ -371,8 +375,11 @@ class PlanAhead(_DeadlineESL):
             for index, option in enumerate(handle.job.options):
                 request = Resources.of(option.resources)
                 fits_now = next(
-                    (n for n in self._candidates(handle.job, state, index)
-                     if calendars[n].earliest(request, now, option.runtime) == now),
+                    (
+                        n
+                        for n in self._candidates(handle.job, state, index)
+                        if calendars[n].earliest(request, now, option.runtime) == now
+                    ),
                     None,
                 )
                 if fits_now is not None:
@@ -381,7 +388,10 @@ class PlanAhead(_DeadlineESL):
                     break
 
     def _meets_deadline(
-        self, handle: JobHandle, state: ClusterState, calendars: Mapping[str, _Calendar],
+        self,
+        handle: JobHandle,
+        state: ClusterState,
+        calendars: Mapping[str, _Calendar],
         now: float,
     ) -> tuple[int, str, float] | None:
         """The most preferred option (earliest start on it) that meets the deadline."""
@@ -417,8 +427,11 @@ class PlanAhead(_DeadlineESL):
         state = self.backend.get_cluster_state()
         nodes = {n: state.nodes[n] for n in self.nodes if n in state.nodes}
         return check_deadlines(
-            [h.job for h in self.pending()], ClusterState(nodes=nodes, time=state.time),
-            now=now, busy=busy, timeout=timeout,
+            [h.job for h in self.pending()],
+            ClusterState(nodes=nodes, time=state.time),
+            now=now,
+            busy=busy,
+            timeout=timeout,
         )
 
 
@@ -435,14 +448,16 @@ class Greedy(_DeadlineESL):
     kind = "greedy"
 
     def _decide(self, waiting: list[JobHandle], state: ClusterState) -> None:
-        free = {n: dict(state.nodes[n].available.items()) for n in self.nodes
-                if n in state.nodes}
+        free = {n: dict(state.nodes[n].available.items()) for n in self.nodes if n in state.nodes}
         for handle in waiting:
             for index, option in enumerate(handle.job.options):
                 request = Resources.of(option.resources)
                 node = next(
-                    (n for n in self._candidates(handle.job, state, index)
-                     if _covers(free[n], request)),
+                    (
+                        n
+                        for n in self._candidates(handle.job, state, index)
+                        if _covers(free[n], request)
+                    ),
                     None,
                 )
                 if node is not None:
@@ -450,4 +465,3 @@ class Greedy(_DeadlineESL):
                         free[node][r] = free[node].get(r, 0.0) - q
                     self._start(handle, index, node)
                     break
-

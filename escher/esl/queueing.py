@@ -424,13 +424,19 @@ class QueueingPolicy(ESL):
         admission = Resources.of({labels[r]: q for r, q in managed.items()})
         options = split_options(kwargs)
         if not managed:  # needs no quota: runs wherever it fits
-            return self.backend.launch(build_spec(fn, args, kwargs, Constraint(), request,
-                                                  name, **options))
+            return self.backend.launch(
+                build_spec(fn, args, kwargs, Constraint(), request, name, **options)
+            )
         task = QueuedTask(user, next(self._seq), managed, job or name or "")
         body = _Started(fn, lambda: self._on_start(task))
         spec: TaskSpec = build_spec(
-            body, args, kwargs, Constraint(admission, source=f"{self.source}.user({user!r})"),
-            request, name or getattr(fn, "__name__", "task"), **options,
+            body,
+            args,
+            kwargs,
+            Constraint(admission, source=f"{self.source}.user({user!r})"),
+            request,
+            name or getattr(fn, "__name__", "task"),
+            **options,
         )
         with self._lock:
             ref = self.backend.launch(spec)
@@ -527,9 +533,7 @@ class QueueingPolicy(ESL):
             self._pending_cycle = False
             if self._closed:
                 return
-            plan = plan_quotas(
-                self._ordering, self.capacity, self.outstanding(self._limit())
-            )
+            plan = plan_quotas(self._ordering, self.capacity, self.outstanding(self._limit()))
             changes: list[tuple[bool, str, float, str]] = []
             for user, labels in self._users.items():
                 new, old = plan.get(user, {}), self._quotas.get(user, {})

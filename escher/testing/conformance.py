@@ -176,9 +176,7 @@ class BackendConformance:
         assert len(backend.set_resource(capped, 1, {marker: 1}, num_nodes=1)) == 1
         assert backend.set_resource(label(), 1, {marker: 3}) == ()  # nobody has 3 free
 
-    def test_node_spec_none_outside_a_task_is_an_error(
-        self, backend: Backend, label: Any
-    ) -> None:
+    def test_node_spec_none_outside_a_task_is_an_error(self, backend: Backend, label: Any) -> None:
         with pytest.raises(NotInTaskError):
             backend.set_resource(label(), 1)
 
@@ -206,13 +204,9 @@ class BackendConformance:
         request = Resources({name: 1})
         refs = [backend.launch(TaskSpec(add, (i, 1), resources=request)) for i in range(3)]
         assert [r.result(WAIT) for r in refs] == [1, 2, 3]
-        assert wait_until(
-            lambda: backend.get_cluster_state().node(node).available.get(name) == 1
-        )
+        assert wait_until(lambda: backend.get_cluster_state().node(node).available.get(name) == 1)
 
-    def test_waiting_task_starts_when_resource_appears(
-        self, backend: Backend, label: Any
-    ) -> None:
+    def test_waiting_task_starts_when_resource_appears(self, backend: Backend, label: Any) -> None:
         self.needs(backend, Capability.PYTHON_TASKS)
         node, name = self.nodes(backend)[2], label()
         ref = backend.launch(TaskSpec(where_am_i, resources=Resources({name: 1})))
@@ -243,8 +237,9 @@ class BackendConformance:
         spans = [r.result(WAIT) for r in refs]
         assert len(spans) == 9 and {s[2] for s in spans} == {node}
         if not backend.clock.virtual:
-            events = sorted([(s[0], 1) for s in spans] + [(s[1], -1) for s in spans],
-                            key=lambda e: (e[0], e[1]))
+            events = sorted(
+                [(s[0], 1) for s in spans] + [(s[1], -1) for s in spans], key=lambda e: (e[0], e[1])
+            )
             running = peak = 0
             for _, delta in events:
                 running += delta

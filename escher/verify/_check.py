@@ -25,8 +25,9 @@ __all__ = ["check_placement", "intent_violation"]
 _EPS = 1e-6
 
 
-def _capacities(plan: Plan, state: ClusterState) -> tuple[dict[str, dict[str, float]],
-                                                         dict[str, dict[str, float]]]:
+def _capacities(
+    plan: Plan, state: ClusterState
+) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
     """(available, held) per alive node after applying the planned resources in order."""
     avail: dict[str, dict[str, float]] = {}
     held: dict[str, dict[str, float]] = {}
@@ -134,8 +135,9 @@ def check_placement(
             cap[n][label] = max(0.0, made_cap - held[n].get(label, 0.0))
 
     gangs = [set(i.tasks) for i in plan.intents if isinstance(i, Gang)]
-    groups: list[tuple[str, set[str]]] = [("concurrent tasks", {
-        t.name for t in plan.tasks if t.concurrent})]
+    groups: list[tuple[str, set[str]]] = [
+        ("concurrent tasks", {t.name for t in plan.tasks if t.concurrent})
+    ]
     groups += [(f"gang {sorted(g)}", g) for g in gangs]
     in_group = set().union(*(g for _, g in groups))
     for label, members in groups:

@@ -24,8 +24,12 @@ from escher.verify._verify import verify as _verify
 EXIT_BAD_INPUT = 3
 
 _COLOR = {Verdict.FEASIBLE: "green", Verdict.INFEASIBLE: "red", Verdict.UNKNOWN: "yellow"}
-_ICOLOR = {IntentStatus.PROVEN: "green", IntentStatus.VIOLATED: "red",
-           IntentStatus.VACUOUS: "yellow", IntentStatus.UNKNOWN: "yellow"}
+_ICOLOR = {
+    IntentStatus.PROVEN: "green",
+    IntentStatus.VIOLATED: "red",
+    IntentStatus.VACUOUS: "yellow",
+    IntentStatus.UNKNOWN: "yellow",
+}
 
 
 class _Command(click.Command):
@@ -58,11 +62,13 @@ def _state(cluster: str | None, backend: str | None) -> ClusterState:
 
 def _render(result: VerificationResult, console: Console) -> None:
     color = _COLOR[result.status]
-    console.print(f"[bold {color}]{result.status.value.upper()}[/]  "
-                  f"({result.stats.get('method', '')}, "
-                  f"{result.stats.get('seconds', {}).get('total', 0):.2f} s, "
-                  f"{result.stats.get('nodes', 0)} nodes in {result.stats.get('node_types', 0)} "
-                  f"types, {result.stats.get('replicas', 0)} replicas)")
+    console.print(
+        f"[bold {color}]{result.status.value.upper()}[/]  "
+        f"({result.stats.get('method', '')}, "
+        f"{result.stats.get('seconds', {}).get('total', 0):.2f} s, "
+        f"{result.stats.get('nodes', 0)} nodes in {result.stats.get('node_types', 0)} "
+        f"types, {result.stats.get('replicas', 0)} replicas)"
+    )
     if result.witness is not None:
         table = Table(title="witness placement (checked independently)", show_lines=False)
         table.add_column("task")
@@ -85,8 +91,9 @@ def _render(result: VerificationResult, console: Console) -> None:
         table.add_column("result")
         table.add_column("detail")
         for r in result.intents:
-            table.add_row(r.intent.describe(), f"[{_ICOLOR[r.status]}]{r.status.value}[/]",
-                          r.detail)
+            table.add_row(
+                r.intent.describe(), f"[{_ICOLOR[r.status]}]{r.status.value}[/]", r.detail
+            )
         console.print(table)
     for w in result.warnings:
         console.print(f"[yellow]warning:[/] {w}")
@@ -94,17 +101,38 @@ def _render(result: VerificationResult, console: Console) -> None:
 
 @click.command("verify", cls=_Command)
 @click.argument("plan_file", type=click.Path(dir_okay=False))
-@click.option("--cluster", "cluster", type=click.Path(dir_okay=False), default=None,
-              help="A cluster file (JSON, see docs/file-formats.md).")
-@click.option("--backend", "backend", default=None,
-              help="Take the cluster state from this backend (default: the configured one).")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
-              show_default=True)
-@click.option("--timeout", type=float, default=DEFAULT_TIMEOUT, show_default=True,
-              help="Seconds for the whole verification; on the limit the verdict is unknown.")
+@click.option(
+    "--cluster",
+    "cluster",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="A cluster file (JSON, see docs/file-formats.md).",
+)
+@click.option(
+    "--backend",
+    "backend",
+    default=None,
+    help="Take the cluster state from this backend (default: the configured one).",
+)
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+@click.option(
+    "--timeout",
+    type=float,
+    default=DEFAULT_TIMEOUT,
+    show_default=True,
+    help="Seconds for the whole verification; on the limit the verdict is unknown.",
+)
 @click.option("--no-intents", is_flag=True, help="Skip the intent proofs.")
-def verify(plan_file: str, cluster: str | None, backend: str | None, fmt: str,
-           timeout: float, no_intents: bool) -> None:
+def verify(
+    plan_file: str,
+    cluster: str | None,
+    backend: str | None,
+    fmt: str,
+    timeout: float,
+    no_intents: bool,
+) -> None:
     """Prove PLAN_FILE feasible on a cluster, or explain why not, before launch.
 
     Exit codes: 0 feasible, 1 infeasible, 2 unknown, 3 bad input.

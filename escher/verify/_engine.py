@@ -48,8 +48,7 @@ def _precheck(p: Problem) -> tuple[str, frozenset[str]] | None:
             best_made[r] = max(best_made.get(r, 0), c)
     all_types = set(range(len(p.types)))
     for it in p.items:
-        needs = [max([it.single[r], *(load[r] for load in it.loads.values())])
-                 for r in range(nres)]
+        needs = [max([it.single[r], *(load[r] for load in it.loads.values())]) for r in range(nres)]
         ok = False
         tset = all_types if it.allowed is None else {p.node_type[n] for n in it.allowed}
         for t in tset:
@@ -70,8 +69,10 @@ def _precheck(p: Problem) -> tuple[str, frozenset[str]] | None:
         if not ok:
             cap_ids = {nt.capsrc[r] for nt in p.types for r in range(nres) if needs[r]}
             gangs = {sid for g in it.loads if (sid := p.groups[g]) is not None}
-            return ("largest free slot",
-                    it.stmts | it.allowed_stmts | frozenset(cap_ids) | frozenset(gangs))
+            return (
+                "largest free slot",
+                it.stmts | it.allowed_stmts | frozenset(cap_ids) | frozenset(gangs),
+            )
     for g, gsid in p.groups.items():
         for r in range(nres):
             if r in p.created:
@@ -83,8 +84,7 @@ def _precheck(p: Problem) -> tuple[str, frozenset[str]] | None:
             if any(c is None for c in node_caps):
                 continue
             if demand > sum(c for c in node_caps if c is not None):
-                stmts = {s for it in p.items if g in it.loads and it.loads[g][r]
-                         for s in it.stmts}
+                stmts = {s for it in p.items if g in it.loads and it.loads[g][r] for s in it.stmts}
                 stmts |= {nt.capsrc[r] for nt in p.types}
                 if gsid:
                     stmts.add(gsid)
@@ -119,8 +119,9 @@ def decide(
             placement = greedy(p, deadline=deadline, strategy=strategy)
             times["greedy"] = time.perf_counter() - t0
             if placement is not None and not check(p, placement):
-                return Decision("feasible", p, placement, method=f"greedy witness ({strategy})",
-                                times=times)
+                return Decision(
+                    "feasible", p, placement, method=f"greedy witness ({strategy})", times=times
+                )
         if time.monotonic() > deadline:
             raise Timeout
         t0 = time.perf_counter()
@@ -128,15 +129,15 @@ def decide(
         times["z3_relaxed"] = time.perf_counter() - t0
         reason = ""
         if status == "unsat":
-            return Decision("infeasible", p, core=frozenset(data), method="z3 (per node type)",
-                            times=times)
+            return Decision(
+                "infeasible", p, core=frozenset(data), method="z3 (per node type)", times=times
+            )
         if status == "sat" and fast:
             t0 = time.perf_counter()
             placement = greedy(p, targets=data, deadline=deadline, strategy="spread")
             times["pack"] = time.perf_counter() - t0
             if placement is not None and not check(p, placement):
-                return Decision("feasible", p, placement, method="z3 counts + packing",
-                                times=times)
+                return Decision("feasible", p, placement, method="z3 counts + packing", times=times)
             reason = "the per-type solution did not pack into nodes"
             t0 = time.perf_counter()
             pstatus, targets = _patterns.solve(p, deadline, memory_mb)
@@ -144,8 +145,9 @@ def decide(
             if pstatus == "sat" and targets is not None:
                 placement = greedy(p, targets=targets, deadline=deadline, strategy="plain")
                 if placement is not None and not check(p, placement):
-                    return Decision("feasible", p, placement, method="z3 (node patterns)",
-                                    times=times)
+                    return Decision(
+                        "feasible", p, placement, method="z3 (node patterns)", times=times
+                    )
             elif pstatus == "unsat":
                 reason = "infeasible by node patterns"
         else:
@@ -156,14 +158,20 @@ def decide(
         status, data = _smt.exact(p, deadline, memory_mb)
         times["z3_exact"] = time.perf_counter() - t0
         if status == "unsat":
-            return Decision("infeasible", p, core=frozenset(data), method="z3 (per node)",
-                            times=times)
+            return Decision(
+                "infeasible", p, core=frozenset(data), method="z3 (per node)", times=times
+            )
         if status == "sat":
             placement = greedy(p, targets=data, deadline=None)
             if placement is not None and not check(p, placement):
                 return Decision("feasible", p, placement, method="z3 (per node)", times=times)
-            return Decision("unknown", p, method="z3 (per node)", times=times,
-                            reason="internal: the exact model did not check")
+            return Decision(
+                "unknown",
+                p,
+                method="z3 (per node)",
+                times=times,
+                reason="internal: the exact model did not check",
+            )
         return Decision("unknown", p, method="z3", times=times, reason=f"{reason}; {data}")
     except Timeout:
         return Decision("unknown", p, method="timeout", times=times, reason="time limit reached")
@@ -211,8 +219,9 @@ def minimise(
         else:
             verified = False
     # Symmetric statements were tested once; confirm that the result is still infeasible.
-    d = decide(plan, state, deadline=deadline, active=frozenset(current), mods=mods,
-               memory_mb=memory_mb)
+    d = decide(
+        plan, state, deadline=deadline, active=frozenset(current), mods=mods, memory_mb=memory_mb
+    )
     if d.status != "infeasible":
         return frozenset(core), False
     return frozenset(current), verified

@@ -54,14 +54,23 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
     return {
         "version": PLAN_VERSION,
         "resources": [
-            {"label": r.label, "capacity": r.capacity, "node_spec": _spec_to_dict(r.node_spec),
-             "source": r.source}
+            {
+                "label": r.label,
+                "capacity": r.capacity,
+                "node_spec": _spec_to_dict(r.node_spec),
+                "source": r.source,
+            }
             for r in plan.resources
         ],
         "tasks": [
-            {"name": t.name, "resources": t.resources.to_dict(), "count": t.count,
-             "creates": {c.label: c.capacity for c in t.creates},
-             "concurrent": t.concurrent, "source": t.source}
+            {
+                "name": t.name,
+                "resources": t.resources.to_dict(),
+                "count": t.count,
+                "creates": {c.label: c.capacity for c in t.creates},
+                "concurrent": t.concurrent,
+                "source": t.source,
+            }
             for t in plan.tasks
         ],
         "intents": intents,
@@ -127,8 +136,12 @@ def plan_from_dict(data: Any, *, source: str = "<plan>") -> Plan:
     plan = Plan()
     for i, raw in enumerate(_list(top.get("resources", []), f"{source}: resources")):
         where = f"{source}: resources[{i}]"
-        r = _obj(raw, where, {"label", "capacity", "node_spec", "source"},
-                 {"label", "capacity", "node_spec"})
+        r = _obj(
+            raw,
+            where,
+            {"label", "capacity", "node_spec", "source"},
+            {"label", "capacity", "node_spec"},
+        )
         spec = _spec(r["node_spec"], f"{where}.node_spec")
         try:
             plan.add_resource(r["label"], r["capacity"], spec, source=str(r.get("source", "")))
@@ -136,8 +149,9 @@ def plan_from_dict(data: Any, *, source: str = "<plan>") -> Plan:
             raise PlanFormatError(f"{where}: {exc}") from None
     for i, raw in enumerate(_list(top["tasks"], f"{source}: tasks")):
         where = f"{source}: tasks[{i}]"
-        t = _obj(raw, where, {"name", "resources", "count", "creates", "concurrent", "source"},
-                 {"name"})
+        t = _obj(
+            raw, where, {"name", "resources", "count", "creates", "concurrent", "source"}, {"name"}
+        )
         concurrent = t.get("concurrent", True)
         if not isinstance(concurrent, bool):
             raise PlanFormatError(f"{where}.concurrent: expected true or false.")
@@ -145,9 +159,14 @@ def plan_from_dict(data: Any, *, source: str = "<plan>") -> Plan:
             if key in t and not isinstance(t[key], Mapping):
                 raise PlanFormatError(f"{where}.{key}: expected an object of name: quantity.")
         try:
-            plan.add_task(_str(t["name"], f"{where}.name"), t.get("resources") or {},
-                          count=t.get("count", 1), creates=t.get("creates") or None,
-                          concurrent=concurrent, source=str(t.get("source", "")))
+            plan.add_task(
+                _str(t["name"], f"{where}.name"),
+                t.get("resources") or {},
+                count=t.get("count", 1),
+                creates=t.get("creates") or None,
+                concurrent=concurrent,
+                source=str(t.get("source", "")),
+            )
         except ValidationError as exc:
             raise PlanFormatError(f"{where}: {exc}") from None
     for i, raw in enumerate(_list(top.get("intents", []), f"{source}: intents")):
@@ -155,10 +174,13 @@ def plan_from_dict(data: Any, *, source: str = "<plan>") -> Plan:
         d = _obj(raw, where, {"kind", "tasks", "source", "per_node", "nodes"}, {"kind", "tasks"})
         kind = d["kind"]
         if kind not in INTENT_KINDS:
-            raise PlanFormatError(f"{where}.kind: unknown {kind!r}; use one of "
-                                  f"{sorted(INTENT_KINDS)}.")
-        tasks = tuple(_str(x, f"{where}.tasks[{j}]")
-                      for j, x in enumerate(_list(d["tasks"], f"{where}.tasks")))
+            raise PlanFormatError(
+                f"{where}.kind: unknown {kind!r}; use one of {sorted(INTENT_KINDS)}."
+            )
+        tasks = tuple(
+            _str(x, f"{where}.tasks[{j}]")
+            for j, x in enumerate(_list(d["tasks"], f"{where}.tasks"))
+        )
         if not tasks:
             raise PlanFormatError(f"{where}.tasks: name at least one task.")
         extra: dict[str, Any] = {}
@@ -170,12 +192,13 @@ def plan_from_dict(data: Any, *, source: str = "<plan>") -> Plan:
         elif "per_node" in d:
             raise PlanFormatError(f"{where}: 'per_node' only goes with kind 'spread'.")
         if kind == "pinned":
-            extra["nodes"] = tuple(_str(x, f"{where}.nodes[{j}]")
-                                   for j, x in enumerate(_list(d.get("nodes"), f"{where}.nodes")))
+            extra["nodes"] = tuple(
+                _str(x, f"{where}.nodes[{j}]")
+                for j, x in enumerate(_list(d.get("nodes"), f"{where}.nodes"))
+            )
         elif "nodes" in d:
             raise PlanFormatError(f"{where}: 'nodes' only goes with kind 'pinned'.")
-        intent: Intent = INTENT_KINDS[kind](tasks=tasks, source=str(d.get("source", "")),
-                                            **extra)
+        intent: Intent = INTENT_KINDS[kind](tasks=tasks, source=str(d.get("source", "")), **extra)
         try:
             plan.add_intent(intent)
         except ValidationError as exc:

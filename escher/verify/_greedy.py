@@ -116,10 +116,12 @@ def _order_nodes(p: Problem, it: Item, strategy: str = "align") -> list[int]:
     need = [max([it.single[r], *(load[r] for load in it.loads.values())]) for r in range(nres)]
     scored = []
     for t, nt in enumerate(p.types):
-        waste = sum(1.0 / holders[r] for r in range(nres)
-                    if not need[r] and (nt.cap[r] is None or nt.cap[r]))
-        capn = [(totals[r] if (cr := nt.cap[r]) is None else cr) / totals[r]
-                for r in range(nres)]
+        waste = sum(
+            1.0 / holders[r]
+            for r in range(nres)
+            if not need[r] and (nt.cap[r] is None or nt.cap[r])
+        )
+        capn = [(totals[r] if (cr := nt.cap[r]) is None else cr) / totals[r] for r in range(nres)]
         if strategy == "align":
             reqn = [need[r] / totals[r] for r in range(nres)]
             dot = sum(a * b for a, b in zip(reqn, capn, strict=True))
@@ -186,8 +188,10 @@ def greedy(
         it = p.items[idxs[0]]
         if targets is None:
             jobs: list[tuple[Sequence[int], int]] = [
-                (_order_nodes(p, it, "align" if strategy == "spread" else strategy),
-                 sum(p.items[i].mult for i in idxs))
+                (
+                    _order_nodes(p, it, "align" if strategy == "spread" else strategy),
+                    sum(p.items[i].mult for i in idxs),
+                )
             ]
         else:
             jobs = [job for i in idxs for job in targets.get(i, ())]
@@ -224,7 +228,7 @@ def greedy(
         pos = 0
         for i in idxs:
             m = p.items[i].mult
-            placement[i] = spots[pos: pos + m]
+            placement[i] = spots[pos : pos + m]
             pos += m
         if pos != len(spots):
             return None
@@ -232,7 +236,11 @@ def greedy(
 
 
 def _spread(
-    p: Problem, packer: _Packer, it: Item, nodes: Sequence[int], want: int,
+    p: Problem,
+    packer: _Packer,
+    it: Item,
+    nodes: Sequence[int],
+    want: int,
     deadline: float | None,
 ) -> list[int] | None:
     """Spread `want` copies over the shortest prefix of node types that can hold them,
@@ -272,7 +280,11 @@ def _spread(
 
 
 def _even(
-    p: Problem, packer: _Packer, it: Item, nodes: Sequence[int], want: int,
+    p: Problem,
+    packer: _Packer,
+    it: Item,
+    nodes: Sequence[int],
+    want: int,
     offsets: dict[int, int],
 ) -> tuple[list[int], int]:
     """Deal `want` copies evenly over `nodes` (identical ones); extras rotate so that no node

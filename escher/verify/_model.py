@@ -180,8 +180,13 @@ class _UF:
             self.parent[rb] = ra
 
 
-_TYPE_LABEL_KEYS = ("type", "node-type", "node_type", "instance-type",
-                    "node.kubernetes.io/instance-type")
+_TYPE_LABEL_KEYS = (
+    "type",
+    "node-type",
+    "node_type",
+    "instance-type",
+    "node.kubernetes.io/instance-type",
+)
 
 
 def intent_statement(index: int, intent: Intent) -> Statement:
@@ -261,7 +266,8 @@ def _node_part(plan: Plan, state: ClusterState, rnames: tuple[str, ...]) -> _Nod
             warnings.append(f"{res.source}: {spec.describe()} selects no node; it creates nothing.")
         sid = f"res:{i}"
         statements[sid] = Statement(
-            sid, "resource",
+            sid,
+            "resource",
             f"capacity {res.capacity:g} of {res.label!r} on {spec.describe()} "
             f"({len(chosen)} node(s), {res.source})",
             res.source,
@@ -271,7 +277,6 @@ def _node_part(plan: Plan, state: ClusterState, rnames: tuple[str, ...]) -> _Nod
             total[k][res.label] = res.capacity
             avail[k][res.label] = max(0.0, res.capacity - held)
             src[k][res.label] = sid
-
 
     def type_label(k: int) -> str:
         labels = node_objs[k].labels
@@ -308,6 +313,7 @@ def build(
 
     def on(sid: str) -> bool:
         return active is None or sid in active
+
     warnings: list[str] = []
 
     tasks = [t for t in plan.tasks if on(f"task:{t.name}")]
@@ -392,10 +398,15 @@ def build(
             for r, rname in enumerate(rnames):
                 sid = nt.capsrc[r] or f"cap:{rname}@{name}"
                 if not nt.capsrc[r]:
-                    statements.setdefault(sid, Statement(
-                        sid, "capacity",
-                        f"{name}: {fmt(nt.cap[r])} {rname} available per node", name,
-                    ))
+                    statements.setdefault(
+                        sid,
+                        Statement(
+                            sid,
+                            "capacity",
+                            f"{name}: {fmt(nt.cap[r])} {rname} available per node",
+                            name,
+                        ),
+                    )
                 ids.append(sid)
                 cap_list.append(nt.cap[r] if on(sid) else None)
             nt.capsrc = tuple(ids)
@@ -535,17 +546,33 @@ def build(
             if u in only_sets:
                 allowed = only_sets[u] if allowed is None else allowed & only_sets[u]
         mult = 1 if is_merged else units[us[0]][1]
-        items.append(Item(
-            members=members, mult=mult,
-            loads={g: tuple(v) for g, v in loads.items() if any(v)},
-            single=tuple(single), creates=creates, tags=tags, allowed=allowed,
-            stmts=frozenset(stmts), allowed_stmts=frozenset(allowed_stmts),
-        ))
+        items.append(
+            Item(
+                members=members,
+                mult=mult,
+                loads={g: tuple(v) for g, v in loads.items() if any(v)},
+                single=tuple(single),
+                creates=creates,
+                tags=tags,
+                allowed=allowed,
+                stmts=frozenset(stmts),
+                allowed_stmts=frozenset(allowed_stmts),
+            )
+        )
     _ = names
     return Problem(
-        resources=rnames, node_ids=node_ids, cap=caps, held=helds, node_type=node_type,
-        types=types, items=items, groups=groups, limits=limits, statements=statements,
-        created=created, warnings=warnings,
+        resources=rnames,
+        node_ids=node_ids,
+        cap=caps,
+        held=helds,
+        node_type=node_type,
+        types=types,
+        items=items,
+        groups=groups,
+        limits=limits,
+        statements=statements,
+        created=created,
+        warnings=warnings,
     )
 
 

@@ -97,8 +97,9 @@ def _max_patterns(
     return out
 
 
-def solve(p: Problem, deadline: float, memory_mb: int | None = None
-          ) -> tuple[str, dict[int, list[tuple[Sequence[int], int]]] | None]:
+def solve(
+    p: Problem, deadline: float, memory_mb: int | None = None
+) -> tuple[str, dict[int, list[tuple[Sequence[int], int]]] | None]:
     """("sat", targets) | ("unsat", None) | ("unknown", None)."""
     if any(it.creates for it in p.items):
         return ("unknown", None)
@@ -155,6 +156,6 @@ def solve(p: Problem, deadline: float, memory_mb: int | None = None
         pos = 0
         for i in idxs:
             m = p.items[i].mult
-            targets[i] = [([n], 1) for n in slots[ci][pos: pos + m]]
+            targets[i] = [([n], 1) for n in slots[ci][pos : pos + m]]
             pos += m
     return ("sat", targets)

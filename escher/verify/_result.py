@@ -64,8 +64,10 @@ class Explanation:
         lines = [head] + [f"  - {s.text}" for s in shown]
         if len(shown) < len(ordered):
             rest = ordered[limit:]
-            kinds = ", ".join(f"{sum(1 for s in rest if s.kind == k)} {k}"
-                              for k in dict.fromkeys(s.kind for s in rest))
+            kinds = ", ".join(
+                f"{sum(1 for s in rest if s.kind == k)} {k}"
+                for k in dict.fromkeys(s.kind for s in rest)
+            )
             lines.append(f"  ... and {len(rest)} more ({kinds}; all in the JSON output)")
         if self.note:
             lines.append(self.note)

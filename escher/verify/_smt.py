@@ -113,8 +113,14 @@ def relaxed(p: Problem, deadline: float, memory_mb: int | None = None) -> Outcom
         x.append(row)
         for v in row:
             s.add(v >= 0)
-        count = z3.Sum([z3.If(g, p.items[i].mult, 0) if (g := lits.all(sorted(p.items[i].stmts)))
-                        is not None else z3.IntVal(p.items[i].mult, ctx) for i in idxs])
+        count = z3.Sum(
+            [
+                z3.If(g, p.items[i].mult, 0)
+                if (g := lits.all(sorted(p.items[i].stmts))) is not None
+                else z3.IntVal(p.items[i].mult, ctx)
+                for i in idxs
+            ]
+        )
         s.add(z3.Sum(row) == count)
         for t in range(nt_count):
             nodes = p.types[t].nodes
@@ -141,21 +147,25 @@ def relaxed(p: Problem, deadline: float, memory_mb: int | None = None) -> Outcom
                 cond = lits.all([nt.capsrc[r], gsid])
                 lhs = z3.Sum([q * x[ci][t] for q, ci in terms])
                 if r in p.created:
-                    extra = [max(0, p.items[idxs[0]].creates[r] - nt.held[r]) * x[ci][t]
-                             for ci, idxs in enumerate(cls) if r in p.items[idxs[0]].creates]
-                    _guard(s, cond, lhs <= m * kcap + z3.Sum(extra) if extra
-                           else lhs <= m * kcap)
+                    extra = [
+                        max(0, p.items[idxs[0]].creates[r] - nt.held[r]) * x[ci][t]
+                        for ci, idxs in enumerate(cls)
+                        if r in p.items[idxs[0]].creates
+                    ]
+                    _guard(s, cond, lhs <= m * kcap + z3.Sum(extra) if extra else lhs <= m * kcap)
                     continue
                 _guard(s, cond, lhs <= m * kcap)
                 for q in sorted({q for q, _ in terms}, reverse=True)[:6]:
                     # Per node: sum floor(q_c / q) * n_c <= floor(cap / q). Valid, and it
                     # catches fragmentation that the summed capacity misses.
                     cut = [(qq // q, ci) for qq, ci in terms if qq // q]
-                    _guard(s, cond, z3.Sum([a * x[ci][t] for a, ci in cut])
-                           <= m * (kcap // q))
+                    _guard(s, cond, z3.Sum([a * x[ci][t] for a, ci in cut]) <= m * (kcap // q))
         for lid, (lim, sid) in p.limits.items():
-            terms2 = [(p.items[idxs[0]].tags[lid], ci) for ci, idxs in enumerate(cls)
-                      if lid in p.items[idxs[0]].tags]
+            terms2 = [
+                (p.items[idxs[0]].tags[lid], ci)
+                for ci, idxs in enumerate(cls)
+                if lid in p.items[idxs[0]].tags
+            ]
             if terms2:
                 _guard(s, lits(sid), z3.Sum([a * x[ci][t] for a, ci in terms2]) <= lim * m)
         if time.monotonic() > deadline:
@@ -203,8 +213,14 @@ def exact(p: Problem, deadline: float, memory_mb: int | None = None) -> Outcome:
         y.append(row)
         for v in row:
             s.add(v >= 0)
-        count = z3.Sum([z3.If(g, p.items[i].mult, 0) if (g := lits.all(sorted(p.items[i].stmts)))
-                        is not None else z3.IntVal(p.items[i].mult, ctx) for i in idxs])
+        count = z3.Sum(
+            [
+                z3.If(g, p.items[i].mult, 0)
+                if (g := lits.all(sorted(p.items[i].stmts))) is not None
+                else z3.IntVal(p.items[i].mult, ctx)
+                for i in idxs
+            ]
+        )
         s.add(z3.Sum(row) == count)
         for n in range(nn):
             if it.allowed is not None and n not in it.allowed:
@@ -213,8 +229,9 @@ def exact(p: Problem, deadline: float, memory_mb: int | None = None) -> Outcome:
                 lim, sid = p.limits[lid]
                 if cnt > lim:
                     _guard(s, lits(sid), row[n] == 0)
-    creators = [(ci, p.items[idxs[0]].creates) for ci, idxs in enumerate(cls)
-                if p.items[idxs[0]].creates]
+    creators = [
+        (ci, p.items[idxs[0]].creates) for ci, idxs in enumerate(cls) if p.items[idxs[0]].creates
+    ]
 
     def cap_expr(n: int, r: int) -> Any:
         base = p.cap[n][r]
@@ -244,11 +261,17 @@ def exact(p: Problem, deadline: float, memory_mb: int | None = None) -> Outcome:
             it = p.items[idxs[0]]
             for r in range(nres):
                 if it.single[r] and caps[r] is not None:
-                    _guard(s, lits(p.cap_stmt(n, r)),
-                           z3.Implies(y[ci][n] >= 1, caps[r] >= it.single[r]))
+                    _guard(
+                        s,
+                        lits(p.cap_stmt(n, r)),
+                        z3.Implies(y[ci][n] >= 1, caps[r] >= it.single[r]),
+                    )
         for lid, (lim, sid) in p.limits.items():
-            terms2 = [(p.items[idxs[0]].tags[lid], ci) for ci, idxs in enumerate(cls)
-                      if lid in p.items[idxs[0]].tags]
+            terms2 = [
+                (p.items[idxs[0]].tags[lid], ci)
+                for ci, idxs in enumerate(cls)
+                if lid in p.items[idxs[0]].tags
+            ]
             if terms2:
                 _guard(s, lits(sid), z3.Sum([a * y[ci][n] for a, ci in terms2]) <= lim)
         if time.monotonic() > deadline:
@@ -267,6 +290,6 @@ def exact(p: Problem, deadline: float, memory_mb: int | None = None) -> Outcome:
         pos = 0
         for i in idxs:
             m = p.items[i].mult
-            counts[i] = [([n], 1) for n in spots[pos: pos + m]]
+            counts[i] = [([n], 1) for n in spots[pos : pos + m]]
             pos += m
     return ("sat", counts)

@@ -68,7 +68,8 @@ def verify(
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
         raise ValidationError(f"timeout must be a positive number of seconds, got {timeout!r}.")
     if memory_limit_mb is not None and (
-        isinstance(memory_limit_mb, bool) or not isinstance(memory_limit_mb, int)
+        isinstance(memory_limit_mb, bool)
+        or not isinstance(memory_limit_mb, int)
         or memory_limit_mb < 1
     ):
         raise ValidationError(
@@ -92,8 +93,9 @@ def verify(
     return result
 
 
-def ensure_feasible(plan: Plan, state: ClusterState | None = None, **options: Any
-                    ) -> VerificationResult:
+def ensure_feasible(
+    plan: Plan, state: ClusterState | None = None, **options: Any
+) -> VerificationResult:
     """`verify(..., refuse=True)`: the result if proven feasible, else `VerificationError`."""
     return verify(plan, state, refuse=True, **options)
 
@@ -133,8 +135,9 @@ def _verify(
         t1 = time.perf_counter()
         core, minimal = minimise(plan, state, d.core, deadline=deadline, memory_mb=memory_mb)
         stats["seconds"]["minimise"] = round(time.perf_counter() - t1, 4)
-        stmts = tuple(sorted((p.statements[s] for s in core),
-                             key=lambda s: (s.kind != "task", s.kind, s.id)))
+        stmts = tuple(
+            sorted((p.statements[s] for s in core), key=lambda s: (s.kind != "task", s.kind, s.id))
+        )
         note = f"found by: {d.method}"
         if not minimal:
             note += " (minimality not established within the limits)"
@@ -142,8 +145,10 @@ def _verify(
         proven.append("no placement satisfies all the statements listed in the explanation")
     if d.status == "unknown":
         status = Verdict.UNKNOWN
-        proven.append("no exact pre-check (colocation vs separation, per-resource totals, "
-                      "largest free slot) found a conflict")
+        proven.append(
+            "no exact pre-check (colocation vs separation, per-resource totals, "
+            "largest free slot) found a conflict"
+        )
         if d.reason:
             proven.append(f"stopped: {d.reason}")
 
@@ -169,16 +174,25 @@ def _check_intent(
     intent = plan.intents[index]
     node_ids = sorted(n for n, node in state.nodes.items() if node.alive)
     # Placements the resources allow (gangs stay: they are about fitting together).
-    base = decide(plan, state, deadline=deadline, memory_mb=memory_mb,
-                  active=_without_intents(plan, state))
+    base = decide(
+        plan, state, deadline=deadline, memory_mb=memory_mb, active=_without_intents(plan, state)
+    )
     if base.status == "infeasible":
-        return IntentResult(intent, IntentStatus.VACUOUS,
-                            detail="the resources allow no placement of the plan at all")
+        return IntentResult(
+            intent,
+            IntentStatus.VACUOUS,
+            detail="the resources allow no placement of the plan at all",
+        )
     if isinstance(intent, Gang):
         if base.status == "feasible":
-            return IntentResult(intent, IntentStatus.PROVEN, detail=(
-                "the gang's members fit on the cluster together; all-or-nothing launch is "
-                "the backend's atomic gang launch"))
+            return IntentResult(
+                intent,
+                IntentStatus.PROVEN,
+                detail=(
+                    "the gang's members fit on the cluster together; all-or-nothing launch is "
+                    "the backend's atomic gang launch"
+                ),
+            )
         return IntentResult(intent, IntentStatus.UNKNOWN, detail=base.reason)
     try:
         scenarios = intent_scenarios(plan, intent, node_ids)
@@ -203,13 +217,15 @@ def _check_intent(
         return IntentResult(intent, IntentStatus.UNKNOWN, detail="too many cases to enumerate")
     if unknown:
         return IntentResult(intent, IntentStatus.UNKNOWN, detail=unknown)
-    return IntentResult(intent, IntentStatus.PROVEN,
-                        detail="no placement the resources allow violates it")
+    return IntentResult(
+        intent, IntentStatus.PROVEN, detail="no placement the resources allow violates it"
+    )
 
 
 def _without_intents(plan: Plan, state: ClusterState) -> frozenset[str]:
     from escher.verify._model import build
 
     ids = build(plan, state).statements
-    return frozenset(s for s in ids if not s.startswith("intent:")
-                     or isinstance(plan.intents[int(s[7:])], Gang))
+    return frozenset(
+        s for s in ids if not s.startswith("intent:") or isinstance(plan.intents[int(s[7:])], Gang)
+    )

@@ -20,8 +20,9 @@ def test_add_duration_extends_a_virtual_task_from_its_body() -> None:
         backend.add_duration(2.5)
         return escher.node_id()
 
-    ref = backend.launch(escher.core.task.TaskSpec(fn=body, duration=1.0,
-                                                   resources=escher.Resources({"CPU": 1})))
+    ref = backend.launch(
+        escher.core.task.TaskSpec(fn=body, duration=1.0, resources=escher.Resources({"CPU": 1}))
+    )
     backend.run()
     assert ref.result(0) == "a"
     assert backend.clock.now() == pytest.approx(3.5)
@@ -48,7 +49,8 @@ def test_locality_esl_beats_generic_and_stays_close_to_native() -> None:
     assert runs["generic"]["remote"] > 100
     # the only difference from native is the ESL's set_resource calls (10 x 4 ms)
     assert runs["escher"]["makespan"] - runs["native"]["makespan"] == pytest.approx(
-        10 * p.set_resource_s, abs=1e-6)
+        10 * p.set_resource_s, abs=1e-6
+    )
 
 
 def test_colocation_beats_no_colocation_and_matches_hard_coded() -> None:
@@ -100,8 +102,7 @@ def test_cli_lists_runs_and_writes(tmp_path: object) -> None:
     listed = runner.invoke(bench_command, ["list"])
     assert listed.exit_code == 0 and "alphazero" in listed.output
     out = tmp_path / "out"  # type: ignore[operator]
-    result = runner.invoke(bench_command, ["gandiva", "--quick", "--no-plot", "--out",
-                                              str(out)])
+    result = runner.invoke(bench_command, ["gandiva", "--quick", "--no-plot", "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert "36.3" in result.output and (out / "gandiva.json").exists()
     bad = runner.invoke(bench_command, ["nope"])

@@ -27,8 +27,9 @@ def test_demo_on_its_own_backend() -> None:
 
 
 def test_demo_on_a_given_backend_in_virtual_time_leaves_nothing() -> None:
-    backend = MemoryBackend(nodes={"a": {"CPU": 4}, "b": {"CPU": 4}, "c": {"CPU": 4}},
-                            virtual_clock=True)
+    backend = MemoryBackend(
+        nodes={"a": {"CPU": 4}, "b": {"CPU": 4}, "c": {"CPU": 4}}, virtual_clock=True
+    )
     placements = run_demo(backend, pairs=5)
     check(placements, per_node=4)
     assert ephemeral_labels(backend) == set()

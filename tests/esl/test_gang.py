@@ -49,8 +49,7 @@ def test_rollback_releases_partial_reservations_then_retries(small: MemoryBacken
     gate = threading.Event()
     small.set_resource("pin", 1, "n0")
     small.set_resource("pin", 1, "n1")
-    blockers = [escher.launch(gate.wait, WAIT, resources={"CPU": 2, "pin": 1})
-                for _ in range(2)]
+    blockers = [escher.launch(gate.wait, WAIT, resources={"CPU": 2, "pin": 1}) for _ in range(2)]
     assert wait_until(lambda: all(b.started() for b in blockers))
     with Gang(mode="ephemeral", timeout=0.05, backoff=0.01, max_backoff=0.05, seed=3) as gang:
         run = gang.run(gang_of(3))
@@ -59,8 +58,12 @@ def test_rollback_releases_partial_reservations_then_retries(small: MemoryBacken
         # between attempts nothing is held: the two free nodes become free again
         assert wait_until(lambda: small.get_cluster_state().nodes["n2"].available.get("CPU") == 2)
         gate.set()
-        assert sorted(run.results(WAIT)) in (["n0", "n1", "n2"], ["n0", "n1", "n3"],
-                                             ["n0", "n2", "n3"], ["n1", "n2", "n3"])
+        assert sorted(run.results(WAIT)) in (
+            ["n0", "n1", "n2"],
+            ["n0", "n1", "n3"],
+            ["n0", "n2", "n3"],
+            ["n1", "n2", "n3"],
+        )
 
 
 def test_competing_gangs_neither_deadlock_nor_starve(small: MemoryBackend) -> None:

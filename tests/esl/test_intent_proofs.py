@@ -85,14 +85,28 @@ def queue(b: MemoryBackend) -> Plan:
 
 
 def wfq(b: MemoryBackend) -> Plan:
-    return WeightedFairQueue({"x": 3, "y": 1}, slots_per_node=4, backend=b).queue(
-        "y").declare(None, "y", count=4)
+    return (
+        WeightedFairQueue({"x": 3, "y": 1}, slots_per_node=4, backend=b)
+        .queue("y")
+        .declare(None, "y", count=4)
+    )
 
 
 CASES: dict[str, Callable[[MemoryBackend], Plan]] = {
     f.__name__: f
-    for f in (colocated, unknown_group, anti_affinity, load_balance, priority, fair_share,
-              locality, gang, bin_packing, queue, wfq)
+    for f in (
+        colocated,
+        unknown_group,
+        anti_affinity,
+        load_balance,
+        priority,
+        fair_share,
+        locality,
+        gang,
+        bin_packing,
+        queue,
+        wfq,
+    )
 }
 
 
@@ -124,8 +138,9 @@ def test_spread_pairs_with_anti_affinity(cluster: MemoryBackend) -> None:
     with AntiAffinity(per_node=2) as spread, CoLocation() as colo:
         plan = Plan()
         for i in range(3):
-            colo.group(f"s{i}", 2, CPU1, policy=spread).declare(plan, f"s{i}", count=2,
-                                                                 resources=CPU1)
+            colo.group(f"s{i}", 2, CPU1, policy=spread).declare(
+                plan, f"s{i}", count=2, resources=CPU1
+            )
         plan.add_intent(SpreadAtMost(("s0", "s1", "s2"), source="pairs own nodes", per_node=2))
         proven(plan, cluster)
 
@@ -148,7 +163,8 @@ def test_an_oversized_group_is_infeasible_in_policy_terms(cluster: MemoryBackend
         group = colo.group("big", 5, CPU1)  # 5 CPUs on 4-CPU nodes: never placed
         assert group.node is None
         result = group.declare(None, "big", count=5, resources=CPU1).verify(
-            cluster.get_cluster_state(), timeout=60)
+            cluster.get_cluster_state(), timeout=60
+        )
         assert result.status is Verdict.INFEASIBLE
         assert result.explanation is not None
         assert "big" in str(result.explanation.render())

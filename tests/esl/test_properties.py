@@ -38,8 +38,9 @@ def peak_per_node(intervals: list[tuple[str, float, float]]) -> dict[str, int]:
 
 
 def cluster(sizes: list[int]) -> MemoryBackend:
-    return MemoryBackend(nodes={f"n{i}": {"CPU": c} for i, c in enumerate(sizes)},
-                         virtual_clock=True)
+    return MemoryBackend(
+        nodes={f"n{i}": {"CPU": c} for i, c in enumerate(sizes)}, virtual_clock=True
+    )
 
 
 @SETTINGS
@@ -57,10 +58,12 @@ def test_colocation_groups_share_one_node(
         launched = []
         for i, (size, duration) in enumerate(groups):
             size = min(size, biggest)
-            group = (colo.group(f"g{i}", size, {"CPU": 1}) if known
-                     else colo.unknown_group(f"g{i}", size, resources={"CPU": 1}))
-            launched.append([group.launch(stamp, duration=float(duration))
-                             for _ in range(size)])
+            group = (
+                colo.group(f"g{i}", size, {"CPU": 1})
+                if known
+                else colo.unknown_group(f"g{i}", size, resources={"CPU": 1})
+            )
+            launched.append([group.launch(stamp, duration=float(duration)) for _ in range(size)])
         for refs in launched:
             placed = {escher.get(ref, timeout=10_000)[0] for ref in refs}
             assert len(placed) == 1
@@ -78,8 +81,11 @@ def test_spread_policies_bound_tasks_per_node(
     nodes: list[int], per_node: int, durations: list[int], balance: bool
 ) -> None:
     backend = cluster(nodes)
-    policy = (LoadBalance(backend, per_node=per_node) if balance
-              else AntiAffinity(backend, per_node=per_node))
+    policy = (
+        LoadBalance(backend, per_node=per_node)
+        if balance
+        else AntiAffinity(backend, per_node=per_node)
+    )
     with policy:
         refs = [policy.launch(stamp, duration=float(d)) for d in durations]
         intervals = []

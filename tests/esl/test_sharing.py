@@ -37,8 +37,9 @@ def test_split_follows_weights() -> None:
 def test_priority_low_never_shares_a_node_with_high(backend: MemoryBackend) -> None:
     tracker = Tracker()
     with Priority(levels=10) as prio:
-        highs = [prio.high.launch(tracker.body, "high", "low", resources={"CPU": 1})
-                 for _ in range(8)]  # fill n0 and n1
+        highs = [
+            prio.high.launch(tracker.body, "high", "low", resources={"CPU": 1}) for _ in range(8)
+        ]  # fill n0 and n1
         lows = [prio.low.launch(tracker.body, "low", "high") for _ in range(4)]
         assert wait_until(lambda: tracker.running() == 10)
         assert {r.node_id for r in highs} == {"n0", "n1"}
@@ -55,8 +56,10 @@ def test_priority_low_never_shares_a_node_with_high(backend: MemoryBackend) -> N
 def test_weighted_fair_queue_capacities_follow_weights(backend: MemoryBackend) -> None:
     tracker = Tracker()
     with WeightedFairQueue({"gold": 3, "bronze": 1}, slots_per_node=4) as wfq:
-        assert wfq.shares() == {"gold": {f"n{i}": 3 for i in range(4)},
-                                "bronze": {f"n{i}": 1 for i in range(4)}}
+        assert wfq.shares() == {
+            "gold": {f"n{i}": 3 for i in range(4)},
+            "bronze": {f"n{i}": 1 for i in range(4)},
+        }
         refs = [wfq.queue(q).launch(tracker.body, q) for q in ["gold", "bronze"] * 20]
         assert wait_until(lambda: tracker.running() == 16)
         running = Counter(g for (g, _), v in tracker.now.items() for _ in range(v))
@@ -79,8 +82,9 @@ def test_fair_share_follows_users_arriving_and_leaving(backend: MemoryBackend) -
         assert (fair.shares()["alice"]["n0"], fair.shares()["bob"]["n0"]) == (1, 3)
         fair.remove_user("bob")
         assert fair.shares() == {"alice": {f"n{i}": 4 for i in range(4)}}
-        assert all(fair.labels["alice"] in n.total
-                   for n in escher.get_cluster_state().nodes.values())
+        assert all(
+            fair.labels["alice"] in n.total for n in escher.get_cluster_state().nodes.values()
+        )
 
 
 def test_hierarchical_children_stay_inside_their_grant(backend: MemoryBackend) -> None:
@@ -172,8 +176,9 @@ def test_queue_drain_rate(backend: MemoryBackend) -> None:
 def test_data_locality_invalidate_and_refresh(backend: MemoryBackend) -> None:
     with DataLocality() as loc:
         loc.add("shard", ["n1", "n2"])
-        placed = escher.get([loc.near("shard").launch(escher.node_id) for _ in range(20)],
-                            timeout=WAIT)
+        placed = escher.get(
+            [loc.near("shard").launch(escher.node_id) for _ in range(20)], timeout=WAIT
+        )
         assert set(placed) <= {"n1", "n2"}
         loc.invalidate("shard", ["n1"])
         assert loc.locations("shard") == ["n2"]

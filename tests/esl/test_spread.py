@@ -124,6 +124,7 @@ def test_bin_packing_concurrent_launches_stay_on_pack_nodes(backend: MemoryBacke
     tracker = Tracker()
     lock = threading.Lock()
     with BinPacking() as pack, ThreadPoolExecutor(4) as pool:
+
         def go(_: int) -> escher.TaskRef:
             with lock:
                 return pack.launch(tracker.body, "p", resources={"CPU": 2})

@@ -37,13 +37,25 @@ def test_adaptive_switches_without_losing_or_duplicating_tasks() -> None:
 
             def arrive(user: str, start: int, n: int, request: dict, duration: float) -> None:
                 for i in range(start, start + n):
-                    refs.append(policy.submit(body, i, user=user, job=f"{user}-{start}",
-                                              resources=request, duration=duration))
+                    refs.append(
+                        policy.submit(
+                            body,
+                            i,
+                            user=user,
+                            job=f"{user}-{start}",
+                            resources=request,
+                            duration=duration,
+                        )
+                    )
 
             backend.clock.call_later(0, lambda: arrive("big", 0, 30, {"CPU": 4, "memory": 2}, 6))
             for k in range(6):
-                backend.clock.call_later(1 + k, lambda k=k: arrive(
-                    f"small{k % 2}", 1000 + 100 * k, 40, {"CPU": 1, "memory": 3}, 0.5))
+                backend.clock.call_later(
+                    1 + k,
+                    lambda k=k: arrive(
+                        f"small{k % 2}", 1000 + 100 * k, 40, {"CPU": 1, "memory": 3}, 0.5
+                    ),
+                )
             policy.set_ordering("fair-memory")  # a manual switch, too
             backend.run()
             assert len(policy.decisions) > 5
@@ -101,11 +113,13 @@ def test_plan_ahead_waits_for_the_preferred_node_when_it_meets_the_deadline(
         with escher.init(MemoryBackend(nodes=TYPED, virtual_clock=True)) as backend:
             assert isinstance(backend, MemoryBackend)
             with cls(backend) as policy:
-                first = policy.submit(DeadlineJob("first", 100, _options()),
-                                      _work, backend, 10 + overrun, 30)
+                first = policy.submit(
+                    DeadlineJob("first", 100, _options()), _work, backend, 10 + overrun, 30
+                )
                 backend.run(1)
-                second = policy.submit(DeadlineJob("second", 40, _options()),
-                                       _work, backend, 10, 30)
+                second = policy.submit(
+                    DeadlineJob("second", 40, _options()), _work, backend, 10, 30
+                )
                 backend.run()
                 assert first.node == "gpu"
                 assert second.ref is not None and second.ref.state is escher.TaskState.FINISHED
@@ -121,8 +135,7 @@ def test_plan_ahead_falls_back_when_waiting_would_miss_the_deadline() -> None:
             # The first job's estimate says 10 s; it really runs 60 s.
             policy.submit(DeadlineJob("first", 100, _options()), _work, backend, 60, 30)
             backend.run(1)
-            second = policy.submit(DeadlineJob("second", 62, _options()),
-                                   _work, backend, 10, 30)
+            second = policy.submit(DeadlineJob("second", 62, _options()), _work, backend, 10, 30)
             backend.run(2)
             assert second.ref is None  # at first it waits for the GPU (expected free at 10)
             backend.run()
@@ -166,8 +179,10 @@ def test_deadline_bad_input() -> None:
         DeadlineJob("a", 10, ())
     with pytest.raises(ValidationError):
         Option({"GPU": 1}, 0)
-    with (escher.init(MemoryBackend(nodes=TYPED, virtual_clock=True)) as backend,
-          PlanAhead(backend) as policy):
+    with (
+        escher.init(MemoryBackend(nodes=TYPED, virtual_clock=True)) as backend,
+        PlanAhead(backend) as policy,
+    ):
         with pytest.raises(ValidationError):
             policy.submit(DeadlineJob("tpu", 10, (Option({"TPU": 1}, 1),)), lambda: None)
         assert policy.jobs == []

@@ -29,8 +29,9 @@ NODES = {f"m{i}": {"CPU": 8, "memory": 16} for i in range(3)}
 
 def test_drf_paper_example() -> None:
     # Ghodsi et al. NSDI'11: <9 CPU, 18 GB>; A <1, 4>, B <3, 1> -> A 3 tasks, B 2 tasks.
-    got = drf_allocation({"CPU": 9, "memory": 18},
-                         {"A": {"CPU": 1, "memory": 4}, "B": {"CPU": 3, "memory": 1}})
+    got = drf_allocation(
+        {"CPU": 9, "memory": 18}, {"A": {"CPU": 1, "memory": 4}, "B": {"CPU": 3, "memory": 1}}
+    )
     assert got == {"A": 3, "B": 2}
     total = {"CPU": 9, "memory": 18}
     assert dominant_share({"CPU": 3, "memory": 12}, total) == pytest.approx(2 / 3)
@@ -40,11 +41,13 @@ def test_drf_paper_example() -> None:
 def test_drf_hand_examples() -> None:
     # Equal tasks, two users: an even split; a bounded user leaves the rest to the other.
     assert drf_allocation({"CPU": 8}, {"a": {"CPU": 1}, "b": {"CPU": 1}}) == {"a": 4, "b": 4}
-    assert drf_allocation({"CPU": 8}, {"a": {"CPU": 1}, "b": {"CPU": 1}},
-                          max_tasks={"a": 2, "b": 100}) == {"a": 2, "b": 6}
+    assert drf_allocation(
+        {"CPU": 8}, {"a": {"CPU": 1}, "b": {"CPU": 1}}, max_tasks={"a": 2, "b": 100}
+    ) == {"a": 2, "b": 6}
     # CPU-heavy vs memory-heavy on <10 CPU, 10 GB>: <2,1> and <1,2> -> 3 and 3 (share 0.6).
-    got = drf_allocation({"CPU": 10, "memory": 10},
-                         {"c": {"CPU": 2, "memory": 1}, "m": {"CPU": 1, "memory": 2}})
+    got = drf_allocation(
+        {"CPU": 10, "memory": 10}, {"c": {"CPU": 2, "memory": 1}, "m": {"CPU": 1, "memory": 2}}
+    )
     assert got == {"c": 3, "m": 3}
     with pytest.raises(ValidationError):
         drf_allocation({"CPU": 1}, {"a": {}})
@@ -54,16 +57,18 @@ demand = st.fixed_dictionaries({"CPU": st.integers(1, 4), "memory": st.integers(
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.dictionaries(st.sampled_from("abcde"), demand, min_size=1, max_size=5),
-       st.integers(4, 24), st.integers(4, 48))
+@given(
+    st.dictionaries(st.sampled_from("abcde"), demand, min_size=1, max_size=5),
+    st.integers(4, 24),
+    st.integers(4, 48),
+)
 def test_drf_properties(demands: dict, cpus: int, memory: int) -> None:
     capacity = {"CPU": cpus, "memory": memory}
     got = drf_allocation(capacity, demands)
     used = {r: sum(got[u] * d[r] for u, d in demands.items()) for r in capacity}
     assert all(used[r] <= capacity[r] for r in capacity)  # never over-allocates
     left = {r: capacity[r] - used[r] for r in capacity}
-    share = {u: dominant_share({r: got[u] * d[r] for r in d}, capacity)
-             for u, d in demands.items()}
+    share = {u: dominant_share({r: got[u] * d[r] for r in d}, capacity) for u, d in demands.items()}
     for user, d in demands.items():
         # Pareto: nobody's next task fits in what is left (demand is unbounded).
         assert not all(left[r] >= d[r] for r in d)
@@ -83,8 +88,10 @@ def _tasks(user: str, n: int, request: dict, start: int = 0) -> list[QueuedTask]
 
 def test_plan_quotas_orderings() -> None:
     capacity = {"m0": {"CPU": 8, "memory": 16}}
-    tasks = {"cpu": _tasks("cpu", 20, {"CPU": 2, "memory": 1}),
-             "mem": _tasks("mem", 20, {"CPU": 1, "memory": 4}, start=100)}
+    tasks = {
+        "cpu": _tasks("cpu", 20, {"CPU": 2, "memory": 1}),
+        "mem": _tasks("mem", 20, {"CPU": 1, "memory": 4}, start=100),
+    }
 
     def count(ordering: object) -> dict[str, float]:
         quotas = plan_quotas(ordering, capacity, tasks)  # type: ignore[arg-type]
@@ -107,12 +114,16 @@ def test_quotas_follow_users_and_everything_runs() -> None:
     with escher.init(MemoryBackend(nodes=NODES, virtual_clock=True)) as backend:
         assert isinstance(backend, MemoryBackend)
         with QueueingPolicy("drf", backend) as drf:
-            a = [drf.submit(lambda: None, user="a", resources={"CPU": 1, "memory": 1},
-                            duration=10) for _ in range(48)]
+            a = [
+                drf.submit(lambda: None, user="a", resources={"CPU": 1, "memory": 1}, duration=10)
+                for _ in range(48)
+            ]
             backend.run(1)
             assert drf.running_count("a") == 24  # a alone: the whole cluster
-            b = [drf.submit(lambda: None, user="b", resources={"CPU": 1, "memory": 1},
-                            duration=10) for _ in range(48)]
+            b = [
+                drf.submit(lambda: None, user="b", resources={"CPU": 1, "memory": 1}, duration=10)
+                for _ in range(48)
+            ]
             backend.run(11)
             # a's quota dropped to half: after the first wave, b holds half of the cores.
             assert drf.running_count("b") == 12 and drf.running_count("a") == 12
@@ -146,15 +157,17 @@ def test_switching_loses_and_duplicates_nothing_real_time() -> None:
             runs[i] += 1
         return i
 
-    with escher.init(MemoryBackend(nodes=NODES, max_workers=32)) as backend, QueueingPolicy(
-        "fifo", backend
-    ) as policy:
+    with (
+        escher.init(MemoryBackend(nodes=NODES, max_workers=32)) as backend,
+        QueueingPolicy("fifo", backend) as policy,
+    ):
         refs = []
         names = ["drf", "fair-threads", "fair-memory", "fifo"]
         for i in range(400):
             user = f"u{i % 4}"
-            refs.append(policy.submit(body, i, user=user,
-                                      resources={"CPU": 1 + i % 2, "memory": 1 + i % 3}))
+            refs.append(
+                policy.submit(body, i, user=user, resources={"CPU": 1 + i % 2, "memory": 1 + i % 3})
+            )
             if i % 25 == 0:
                 policy.set_ordering(names[(i // 25) % 4])
         values = escher.get(refs, timeout=60)

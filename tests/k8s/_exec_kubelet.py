@@ -179,8 +179,12 @@ class ExecKubelet(FakeKubelet):
             "status": {
                 "phase": phase,
                 "conditions": [
-                    {"type": t, "status": "False", "reason": "PodCompleted",
-                     "lastTransitionTime": now}
+                    {
+                        "type": t,
+                        "status": "False",
+                        "reason": "PodCompleted",
+                        "lastTransitionTime": now,
+                    }
                     for t in ("ContainersReady", "Ready")
                 ],
                 "containerStatuses": [

@@ -91,9 +91,7 @@ def k8s_cluster() -> Iterator[K8sCluster]:
         api = cp.core_v1()
         for pool, nodes in POOLS.items():
             for node in nodes:
-                add_fake_node(
-                    api, node, {"cpu": "4", "memory": "8Gi"}, labels={POOL_LABEL: pool}
-                )
+                add_fake_node(api, node, {"cpu": "4", "memory": "8Gi"}, labels={POOL_LABEL: pool})
         kubelet = ExecKubelet(
             api, kubeconfig=str(cp.kubeconfig_path), cwd=str(REPO), poll_seconds=1.0
         )

@@ -255,9 +255,7 @@ def test_failed_scheduling_reason_is_surfaced(k8s_cluster: Any, backend: Any) ->
 def test_pod_requests_equal_limits_and_downward_api(k8s_cluster: Any, backend: Any) -> None:
     label = fresh()
     backend.set_resource(label, 1, OTHER)
-    ref = backend.launch(
-        TaskSpec(_tasks.env_node, resources=Resources({label: 1, "CPU": 0.5}))
-    )
+    ref = backend.launch(TaskSpec(_tasks.env_node, resources=Resources({label: 1, "CPU": 0.5})))
     pods = k8s_cluster.api.list_namespaced_pod(
         "default", label_selector=f"escher.io/task={ref.id}"
     ).items
@@ -267,8 +265,13 @@ def test_pod_requests_equal_limits_and_downward_api(k8s_cluster: Any, backend: A
     assert res.requests["cpu"] == "500m" and "cpu" not in (res.limits or {})
     assert pods[0].spec.node_selector == {POOL_LABEL: "extra"}
     assert ref.result(WAIT) == (OTHER, OTHER)  # escher.node_id() and $NODE_NAME
-    assert wait_until(lambda: not k8s_cluster.api.list_namespaced_pod(
-        "default", label_selector=f"escher.io/task={ref.id}").items)  # finished pod deleted
+    assert wait_until(
+        lambda: (
+            not k8s_cluster.api.list_namespaced_pod(
+                "default", label_selector=f"escher.io/task={ref.id}"
+            ).items
+        )
+    )  # finished pod deleted
 
 
 def test_cluster_state_subtracts_requests_of_running_pods(k8s_cluster: Any, backend: Any) -> None:
@@ -341,9 +344,12 @@ def test_close_cancels_pods_that_never_started(k8s_cluster: Any) -> None:
     short.close()
     assert ref.state is TaskState.CANCELLED
     deadline = time.monotonic() + WAIT
-    while time.monotonic() < deadline and k8s_cluster.api.list_namespaced_pod(
-        "default", label_selector=f"escher.io/session={short.session}"
-    ).items:
+    while (
+        time.monotonic() < deadline
+        and k8s_cluster.api.list_namespaced_pod(
+            "default", label_selector=f"escher.io/session={short.session}"
+        ).items
+    ):
         time.sleep(0.1)
     assert not k8s_cluster.api.list_namespaced_pod(
         "default", label_selector=f"escher.io/session={short.session}"

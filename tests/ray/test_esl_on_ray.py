@@ -46,15 +46,22 @@ def workers(backend: Any) -> list[str]:
 
 
 def escher_labels(backend: Any, prefix: str) -> set[str]:
-    return {label for n in backend.get_cluster_state().nodes.values()
-            for label in n.ephemeral if label.startswith(prefix)}
+    return {
+        label
+        for n in backend.get_cluster_state().nodes.values()
+        for label in n.ephemeral
+        if label.startswith(prefix)
+    }
 
 
 def peak_per_node(spans: list[tuple[float, float, str]]) -> int:
     peak = 0
     for node in {s[2] for s in spans}:
-        events = sorted([(s[0], 1) for s in spans if s[2] == node]
-                        + [(s[1], -1) for s in spans if s[2] == node], key=lambda e: (e[0], e[1]))
+        events = sorted(
+            [(s[0], 1) for s in spans if s[2] == node]
+            + [(s[1], -1) for s in spans if s[2] == node],
+            key=lambda e: (e[0], e[1]),
+        )
         running = 0
         for _, delta in events:
             running += delta

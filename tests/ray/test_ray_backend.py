@@ -185,8 +185,10 @@ def test_shrink_below_in_use_is_applied_once_released(backend: Any) -> None:
     node, label = workers(backend)[2], fresh()
     backend.set_resource(label, 2, node)
     try:
-        refs = [backend.launch(TaskSpec(sleep_here, (1.0,), resources=Resources({label: 1})))
-                for _ in range(2)]
+        refs = [
+            backend.launch(TaskSpec(sleep_here, (1.0,), resources=Resources({label: 1})))
+            for _ in range(2)
+        ]
         assert wait_until(lambda: all(r.started() for r in refs), timeout=WAIT)
         backend.set_resource(label, 1, node)  # 2 in use: Ray keeps 2 for now
         assert [r.result(WAIT) for r in refs] == [node, node]
@@ -221,8 +223,9 @@ def test_gang_is_all_or_nothing_with_ephemeral_resources(resize: Any) -> None:
 def test_gang_spread_over_four_nodes(ray_cluster: Any) -> None:
     backend = make_backend(ray_cluster, gang_strategy="STRICT_SPREAD")
     try:
-        refs = backend.launch_gang([TaskSpec(here, resources=Resources({"CPU": 1}))
-                                    for _ in range(4)])
+        refs = backend.launch_gang(
+            [TaskSpec(here, resources=Resources({"CPU": 1})) for _ in range(4)]
+        )
         assert len({r.result(WAIT) for r in refs}) == 4
     finally:
         backend.close()

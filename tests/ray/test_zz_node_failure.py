@@ -47,14 +47,19 @@ def test_node_removal(ray_cluster: Any, mode: str) -> None:
     label, doomed_label = f"nf-{uuid.uuid4().hex[:6]}", f"nd-{uuid.uuid4().hex[:6]}"
     try:
         handle, doomed = add_worker(ray_cluster, backend)
-        survivor = sorted(n for n, node in backend.get_cluster_state().nodes.items()
-                          if node.total.get("CPU", 0) >= 2 and n != doomed)[0]
+        survivor = sorted(
+            n
+            for n, node in backend.get_cluster_state().nodes.items()
+            if node.total.get("CPU", 0) >= 2 and n != doomed
+        )[0]
         backend.set_resource(label, 1, doomed)
         backend.set_resource(doomed_label, 1, doomed)
-        retried = backend.launch(TaskSpec(sleep_then_report, (3.0,), max_retries=2,
-                                          resources=Resources({label: 1})))
-        lost = backend.launch(TaskSpec(sleep_then_report, (3.0,),
-                                       resources=Resources({doomed_label: 1})))
+        retried = backend.launch(
+            TaskSpec(sleep_then_report, (3.0,), max_retries=2, resources=Resources({label: 1}))
+        )
+        lost = backend.launch(
+            TaskSpec(sleep_then_report, (3.0,), resources=Resources({doomed_label: 1}))
+        )
         assert wait_until(lambda: retried.started() and lost.started(), timeout=WAIT)
         assert retried.node_id == doomed and lost.node_id == doomed
         backend.set_resource(label, 1, survivor)  # somewhere to go after the failure

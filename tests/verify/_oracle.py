@@ -14,9 +14,7 @@ from escher.verify import check_placement, intent_violation
 def placements(plan: Plan, state: ClusterState) -> Iterator[dict[str, list[str]]]:
     """Every placement (up to replica order) of every replica onto an alive node."""
     nodes = sorted(n for n, node in state.nodes.items() if node.alive)
-    per_task = [
-        list(itertools.combinations_with_replacement(nodes, t.count)) for t in plan.tasks
-    ]
+    per_task = [list(itertools.combinations_with_replacement(nodes, t.count)) for t in plan.tasks]
     for combo in itertools.product(*per_task):
         yield {t.name: list(c) for t, c in zip(plan.tasks, combo, strict=True)}
 
@@ -63,9 +61,14 @@ def sub_instance(
             current[nid] = Node(nid, Resources(total), Resources(avail), n.labels, n.alive)
     for t in plan.tasks:
         if f"task:{t.name}" in keep:
-            sub.add_task(t.name, t.resources, count=t.count,
-                         creates={c.label: c.capacity for c in t.creates},
-                         concurrent=t.concurrent, source=t.source)
+            sub.add_task(
+                t.name,
+                t.resources,
+                count=t.count,
+                creates={c.label: c.capacity for c in t.creates},
+                concurrent=t.concurrent,
+                source=t.source,
+            )
             names.add(t.name)
     for i, intent in enumerate(plan.intents):
         if f"intent:{i}" in keep:
@@ -79,10 +82,14 @@ def sub_instance(
         resource = sid[4:].split("@", 1)[0]
         for nid in ids:
             n = nodes[nid]
-            nodes[nid] = Node(nid, n.total + {resource: MAX_CAPACITY - n.total.get(resource, 0)},
-                              n.available + {resource: MAX_CAPACITY
-                                             - n.available.get(resource, 0)},
-                              n.labels, n.alive, n.ephemeral)
+            nodes[nid] = Node(
+                nid,
+                n.total + {resource: MAX_CAPACITY - n.total.get(resource, 0)},
+                n.available + {resource: MAX_CAPACITY - n.available.get(resource, 0)},
+                n.labels,
+                n.alive,
+                n.ephemeral,
+            )
     return sub, ClusterState(nodes)
 
 
@@ -98,5 +105,11 @@ def cap_statement_nodes(plan: Plan, state: ClusterState) -> dict[str, list[str]]
     return out
 
 
-__all__ = ["Resources", "cap_statement_nodes", "feasible", "intent_outcome", "placements",
-           "sub_instance"]
+__all__ = [
+    "Resources",
+    "cap_statement_nodes",
+    "feasible",
+    "intent_outcome",
+    "placements",
+    "sub_instance",
+]

@@ -22,9 +22,7 @@ NODES = {f"n{i}": {"CPU": 4, "GPU": 2 if i < 2 else 0} for i in range(4)}
 
 
 def state() -> ClusterState:
-    return ClusterState.from_dict({"nodes": [
-        {"id": k, "total": v} for k, v in NODES.items()
-    ]})
+    return ClusterState.from_dict({"nodes": [{"id": k, "total": v} for k, v in NODES.items()]})
 
 
 @pytest.fixture
@@ -33,12 +31,16 @@ def memory() -> object:
         yield backend
 
 
-@pytest.mark.parametrize("make", [
-    lambda: esl.AntiAffinity(),
-    lambda: esl.AntiAffinity(per_node=2),
-    lambda: esl.LoadBalance(tasks=6),
-    lambda: esl.AntiAffinity() & esl.LoadBalance(tasks=4),
-], ids=["anti-affinity", "anti-affinity-2", "load-balance", "anti-and-lb"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: esl.AntiAffinity(),
+        lambda: esl.AntiAffinity(per_node=2),
+        lambda: esl.LoadBalance(tasks=6),
+        lambda: esl.AntiAffinity() & esl.LoadBalance(tasks=4),
+    ],
+    ids=["anti-affinity", "anti-affinity-2", "load-balance", "anti-and-lb"],
+)
 def test_esl_intents_are_proven_on_a_sample_cluster(memory: object, make: object) -> None:
     policy = make()  # type: ignore[operator]
     plan = policy.declare(name="w", count=4, resources={"CPU": 1})
@@ -72,8 +74,9 @@ def test_broken_anti_affinity_is_caught_with_a_counterexample() -> None:
     assert intent_violation(r.intent, r.counterexample, state()) is not None
     assert "share node" in r.detail
     # Fixed: capacity 1 per node proves the intent.
-    plan.resources[0] = plan.resources[0].__class__("anti", 1, plan.resources[0].node_spec,
-                                                    "MyAntiAffinity.__init__")
+    plan.resources[0] = plan.resources[0].__class__(
+        "anti", 1, plan.resources[0].node_spec, "MyAntiAffinity.__init__"
+    )
     assert verify(plan, state()).intents[0].status is IntentStatus.PROVEN
 
 
@@ -128,8 +131,9 @@ def test_refuse_raises_verification_error() -> None:
 
 
 def test_time_limit_gives_unknown_not_a_hang() -> None:
-    big = ClusterState.from_dict({"nodes": [
-        {"id": f"n{i}", "total": {"CPU": 8, "memory": 32}} for i in range(200)]})
+    big = ClusterState.from_dict(
+        {"nodes": [{"id": f"n{i}", "total": {"CPU": 8, "memory": 32}} for i in range(200)]}
+    )
     plan = Plan()
     for i in range(100):
         plan.add_task(f"t{i}", {"CPU": 1 + i % 3, "memory": 1 + i % 5}, count=5)
@@ -138,11 +142,14 @@ def test_time_limit_gives_unknown_not_a_hang() -> None:
     assert result.proven and result.exit_code == 2
 
 
-@pytest.mark.parametrize(("kwargs", "fragment"), [
-    ({"timeout": 0}, "timeout"),
-    ({"timeout": "1"}, "timeout"),
-    ({"memory_limit_mb": -5}, "memory_limit_mb"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        ({"timeout": 0}, "timeout"),
+        ({"timeout": "1"}, "timeout"),
+        ({"memory_limit_mb": -5}, "memory_limit_mb"),
+    ],
+)
 def test_bad_arguments(kwargs: dict[str, object], fragment: str) -> None:
     with pytest.raises(ValidationError, match=fragment):
         verify(Plan(), state(), **kwargs)  # type: ignore[arg-type]
@@ -173,4 +180,8 @@ def test_result_renders_and_serialises() -> None:
     data = result.to_dict()
     assert data["status"] == "infeasible"
     assert {s["id"] for s in data["explanation"]["statements"]} == {
-        "intent:0", "intent:1", "task:a", "task:c"}
+        "intent:0",
+        "intent:1",
+        "task:a",
+        "task:c",
+    }

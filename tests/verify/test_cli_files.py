@@ -16,10 +16,12 @@ from escher.verify import Verdict, verify
 from escher.verify._cli import verify as verify_cmd
 from escher.verify._files import schema
 
-CLUSTER = {"nodes": [
-    {"id": "n1", "total": {"CPU": 4, "GPU": 1}, "labels": {"type": "gpu"}},
-    {"id": "n2", "total": {"CPU": 4}, "available": {"CPU": 2}},
-]}
+CLUSTER = {
+    "nodes": [
+        {"id": "n1", "total": {"CPU": 4, "GPU": 1}, "labels": {"type": "gpu"}},
+        {"id": "n2", "total": {"CPU": 4}, "available": {"CPU": 2}},
+    ]
+}
 
 
 def sample_plan() -> Plan:
@@ -55,25 +57,42 @@ def test_plan_round_trips_and_matches_schema(tmp_path: Path) -> None:
     assert Plan.load(write(tmp_path, "p.json", data)).to_dict() == data
 
 
-@pytest.mark.parametrize(("content", "fragment"), [
-    ("{\n  \"tasks\": [\n    {\"name\": \"a\",}\n  ]\n}", "line 3 column"),
-    ({"tasks": [{"name": "a", "count": 0}]}, "tasks[0]"),
-    ({"tasks": [{"name": "a", "resources": {"CPU": -1}}]}, "tasks[0]"),
-    ({"tasks": [{"name": "a", "colour": "red"}]}, "tasks[0]: unknown field(s) ['colour']"),
-    ({"tasks": [{"name": "a"}], "intents": [{"kind": "near", "tasks": ["a"]}]},
-     "intents[0].kind: unknown 'near'"),
-    ({"tasks": [{"name": "a"}], "intents": [{"kind": "colocated", "tasks": ["b"]}]},
-     "intents[0]"),
-    ({"tasks": [{"name": "a"}], "resources": [{"label": "x", "capacity": 1,
-                                                "node_spec": {"node": "n1", "labels": {}}}]},
-     "resources[0].node_spec: give exactly one"),
-    ({"tasks": [{"name": "a"}], "resources": [{"label": "CPU", "capacity": 1,
-                                                "node_spec": {"node": "n1"}}]},
-     "resources[0]"),
-    ({"tasks": "a"}, "tasks: expected a list"),
-    ([1, 2], "expected an object"),
-    ({"version": 9, "tasks": []}, "version"),
-])
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        ('{\n  "tasks": [\n    {"name": "a",}\n  ]\n}', "line 3 column"),
+        ({"tasks": [{"name": "a", "count": 0}]}, "tasks[0]"),
+        ({"tasks": [{"name": "a", "resources": {"CPU": -1}}]}, "tasks[0]"),
+        ({"tasks": [{"name": "a", "colour": "red"}]}, "tasks[0]: unknown field(s) ['colour']"),
+        (
+            {"tasks": [{"name": "a"}], "intents": [{"kind": "near", "tasks": ["a"]}]},
+            "intents[0].kind: unknown 'near'",
+        ),
+        (
+            {"tasks": [{"name": "a"}], "intents": [{"kind": "colocated", "tasks": ["b"]}]},
+            "intents[0]",
+        ),
+        (
+            {
+                "tasks": [{"name": "a"}],
+                "resources": [
+                    {"label": "x", "capacity": 1, "node_spec": {"node": "n1", "labels": {}}}
+                ],
+            },
+            "resources[0].node_spec: give exactly one",
+        ),
+        (
+            {
+                "tasks": [{"name": "a"}],
+                "resources": [{"label": "CPU", "capacity": 1, "node_spec": {"node": "n1"}}],
+            },
+            "resources[0]",
+        ),
+        ({"tasks": "a"}, "tasks: expected a list"),
+        ([1, 2], "expected an object"),
+        ({"version": 9, "tasks": []}, "version"),
+    ],
+)
 def test_malformed_plan_files_name_file_and_place(
     tmp_path: Path, content: object, fragment: str
 ) -> None:
@@ -90,8 +109,15 @@ def test_malformed_plan_files_name_file_and_place(
 def test_cli_exit_codes_and_formats(tmp_path: Path) -> None:
     cluster = write(tmp_path, "cluster.json", CLUSTER)
     ok = write(tmp_path, "ok.json", {"tasks": [{"name": "a", "resources": {"CPU": 2}}]})
-    bad = write(tmp_path, "bad.json", {"tasks": [{"name": "g", "resources": {"GPU": 1},
-                                                  "count": 2, "source": "Trainer(gpus=2)"}]})
+    bad = write(
+        tmp_path,
+        "bad.json",
+        {
+            "tasks": [
+                {"name": "g", "resources": {"GPU": 1}, "count": 2, "source": "Trainer(gpus=2)"}
+            ]
+        },
+    )
     runner = CliRunner()
     out = runner.invoke(verify_cmd, [ok, "--cluster", cluster])
     assert out.exit_code == 0, out.output
@@ -105,13 +131,16 @@ def test_cli_exit_codes_and_formats(tmp_path: Path) -> None:
     out = runner.invoke(verify_cmd, [bad, "--cluster", cluster])
     assert out.exit_code == 1 and "Trainer(gpus=2)" in out.output
     # bad input: missing file, bad cluster, both sources, bad option value
-    assert runner.invoke(verify_cmd, [str(tmp_path / "nope.json"), "--cluster",
-                                      cluster]).exit_code == 3
+    assert (
+        runner.invoke(verify_cmd, [str(tmp_path / "nope.json"), "--cluster", cluster]).exit_code
+        == 3
+    )
     broken = write(tmp_path, "broken-cluster.json", {"nodes": [{"id": 3}]})
     out = runner.invoke(verify_cmd, [ok, "--cluster", broken])
     assert out.exit_code == 3 and "broken-cluster.json: nodes[0]" in out.output
-    assert runner.invoke(verify_cmd, [ok, "--cluster", cluster, "--backend",
-                                      "memory"]).exit_code == 3
+    assert (
+        runner.invoke(verify_cmd, [ok, "--cluster", cluster, "--backend", "memory"]).exit_code == 3
+    )
     assert runner.invoke(verify_cmd, [ok, "--format", "yaml"]).exit_code == 3
     # the live backend (in-memory default: four 4-CPU nodes)
     out = runner.invoke(verify_cmd, [ok, "--backend", "memory"])
@@ -120,8 +149,10 @@ def test_cli_exit_codes_and_formats(tmp_path: Path) -> None:
 
 def test_cli_unknown_on_time_limit(tmp_path: Path) -> None:
     nodes = [{"id": f"n{i}", "total": {"CPU": 8, "memory": 32}} for i in range(60)]
-    tasks = [{"name": f"t{i}", "resources": {"CPU": 1 + i % 3, "memory": 1 + i % 5},
-              "count": 3} for i in range(60)]
+    tasks = [
+        {"name": f"t{i}", "resources": {"CPU": 1 + i % 3, "memory": 1 + i % 5}, "count": 3}
+        for i in range(60)
+    ]
     cluster = write(tmp_path, "big.json", {"nodes": nodes})
     plan = write(tmp_path, "plan.json", {"tasks": tasks})
     out = CliRunner().invoke(verify_cmd, [plan, "--cluster", cluster, "--timeout", "0.000001"])

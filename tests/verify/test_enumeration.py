@@ -22,8 +22,14 @@ def instances(draw: st.DrawFn) -> tuple[Plan, ClusterState]:
         avail = dict(total)
         if draw(st.booleans()):
             avail["CPU"] = max(0, total["CPU"] - draw(st.integers(0, 2)))
-        nodes.append({"id": f"n{i}", "total": total, "available": avail,
-                      "labels": {"zone": draw(st.sampled_from("ab"))}})
+        nodes.append(
+            {
+                "id": f"n{i}",
+                "total": total,
+                "available": avail,
+                "labels": {"zone": draw(st.sampled_from("ab"))},
+            }
+        )
     state = ClusterState.from_dict({"nodes": nodes})
     plan = Plan()
     if draw(st.booleans()):
@@ -44,15 +50,20 @@ def instances(draw: st.DrawFn) -> tuple[Plan, ClusterState]:
             creates = {"grp": draw(st.integers(1, 3))}
         elif j > 0 and draw(st.integers(0, 4)) == 0:
             req["grp"] = 1
-        plan.add_task(f"t{j}", req, count=count, creates=creates,
-                      concurrent=draw(st.integers(0, 3)) > 0, source=f"esl-{j}")
+        plan.add_task(
+            f"t{j}",
+            req,
+            count=count,
+            creates=creates,
+            concurrent=draw(st.integers(0, 3)) > 0,
+            source=f"esl-{j}",
+        )
         if replicas >= 4:
             break
     names = [t.name for t in plan.tasks]
     for _ in range(draw(st.integers(0, 2))):
         kind = draw(st.sampled_from(["col", "sep", "spread", "pin", "gang"]))
-        tasks = tuple(sorted(set(draw(st.lists(st.sampled_from(names), min_size=1,
-                                                max_size=2)))))
+        tasks = tuple(sorted(set(draw(st.lists(st.sampled_from(names), min_size=1, max_size=2)))))
         if kind == "col":
             plan.add_intent(Colocated(tasks, source="CoLocation"))
         elif kind == "sep":
@@ -66,8 +77,9 @@ def instances(draw: st.DrawFn) -> tuple[Plan, ClusterState]:
     return plan, state
 
 
-SETTINGS = settings(max_examples=1500, deadline=None, derandomize=True,
-                    suppress_health_check=list(HealthCheck))
+SETTINGS = settings(
+    max_examples=1500, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck)
+)
 
 
 @SETTINGS
@@ -76,8 +88,7 @@ def test_verdict_agrees_with_enumeration(inst: tuple[Plan, ClusterState]) -> Non
     plan, state = inst
     result = verify(plan, state, timeout=30, check_intents=False)
     expected = feasible(plan, state)
-    assert result.status is (Verdict.FEASIBLE if expected else Verdict.INFEASIBLE), (
-        result.render())
+    assert result.status is (Verdict.FEASIBLE if expected else Verdict.INFEASIBLE), result.render()
     if expected:
         assert result.witness is not None
         assert check_placement(plan, state, result.witness) == []
@@ -92,8 +103,9 @@ def test_verdict_agrees_with_enumeration(inst: tuple[Plan, ClusterState]) -> Non
             assert feasible(sub, sub_state), f"not minimal: dropping {sid} stays infeasible"
 
 
-@settings(max_examples=700, deadline=None, derandomize=True,
-          suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=700, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck)
+)
 @given(instances())
 def test_intent_results_agree_with_enumeration(inst: tuple[Plan, ClusterState]) -> None:
     plan, state = inst
@@ -109,8 +121,9 @@ def test_intent_results_agree_with_enumeration(inst: tuple[Plan, ClusterState]) 
             assert check_placement(plan, state, r.counterexample, intents=False) == []
 
 
-@settings(max_examples=600, deadline=None, derandomize=True,
-          suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=600, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck)
+)
 @given(instances())
 def test_z3_encodings_alone_agree_with_enumeration(inst: tuple[Plan, ClusterState]) -> None:
     """Without pre-checks and greedy search, the Z3 encodings alone decide correctly."""

@@ -68,6 +68,4 @@ def gc(
         click.echo(f"{verb} {resource} from node {node}")
     for pod in report.pods:
         click.echo(f"{verb} pod {pod}")
-    click.echo(
-        f"{verb} {len(report.resources)} resource(s) and {len(report.pods)} pod(s)."
-    )
+    click.echo(f"{verb} {len(report.resources)} resource(s) and {len(report.pods)} pod(s).")

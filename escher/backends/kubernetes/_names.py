@@ -162,6 +162,4 @@ def format_quantity(k8s_name: str, value: float) -> str:
         return str(int(value))
     if k8s_name == "cpu":
         return f"{round(value * 1000)}m"
-    raise InvalidCapacityError(
-        f"{k8s_name} takes whole quantities in Kubernetes; got {value}."
-    )
+    raise InvalidCapacityError(f"{k8s_name} takes whole quantities in Kubernetes; got {value}.")

@@ -135,6 +135,6 @@ def decode_outcome(message: str | None, task_name: str) -> tuple[bool, Any]:
             return False, error
     if text.startswith(ERRTEXT):
         return False, TaskFailedError(
-            f"task {task_name!r} raised {text[len(ERRTEXT):]}", task_name=task_name
+            f"task {task_name!r} raised {text[len(ERRTEXT) :]}", task_name=task_name
         )
     raise ValueError("not an escher runner message")

@@ -115,9 +115,7 @@ def build_state(
     for rec in records:
         total = Resources(_vector(rec.allocatable, names))
         held = Resources(_vector(usage.by_node.get(rec.name, {}), names))
-        ephemeral = frozenset(
-            names.from_k8s(k) for k in rec.allocatable if names.is_ephemeral(k)
-        )
+        ephemeral = frozenset(names.from_k8s(k) for k in rec.allocatable if names.is_ephemeral(k))
         nodes[rec.name] = Node(
             id=rec.name,
             total=total,
@@ -142,6 +140,4 @@ def physical_fits(
     )
     if not physical:
         return True
-    return any(
-        rec.alive and physical.fits_in(_vector(rec.allocatable, names)) for rec in records
-    )
+    return any(rec.alive and physical.fits_in(_vector(rec.allocatable, names)) for rec in records)

@@ -66,6 +66,7 @@ from escher.core.task import Status, StatusCode, TaskRef, TaskSpec, task_error
 
 log = logging.getLogger("escher.kubernetes")
 
+
 @dataclass
 class _Task:
     """Book-keeping for one launched task (it may go through several pods on retries)."""
@@ -133,8 +134,10 @@ class KubernetesBackend(Backend):
             and all(isinstance(k, str) and isinstance(v, str) for k, v in node_selector.items())
         ):
             raise ConfigError("node_selector must map label keys to string values.")
-        if isinstance(conflict_retries, bool) or not isinstance(conflict_retries, int) or (
-            conflict_retries < 0
+        if (
+            isinstance(conflict_retries, bool)
+            or not isinstance(conflict_retries, int)
+            or (conflict_retries < 0)
         ):
             raise ConfigError("conflict_retries must be an int >= 0.")
         self.namespace = namespace

@@ -17,7 +17,14 @@ class NodeRecord:
     """Mutable bookkeeping of one node."""
 
     __slots__ = (
-        "ephemeral", "id", "labels", "physical", "reserved_by", "reserved_for", "total", "used",
+        "ephemeral",
+        "id",
+        "labels",
+        "physical",
+        "reserved_by",
+        "reserved_for",
+        "total",
+        "used",
     )
 
     def __init__(self, node_id: str, physical: Resources, labels: Mapping[str, str]) -> None:

@@ -84,8 +84,10 @@ class MemoryBackend(Backend):
         starvation_threshold: int = 32,
     ) -> None:
         parsed = _parse_nodes(DEFAULT_NODES if nodes is None else nodes)
-        for option, value in (("max_workers", max_workers), ("starvation_threshold",
-                                                             starvation_threshold)):
+        for option, value in (
+            ("max_workers", max_workers),
+            ("starvation_threshold", starvation_threshold),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"memory backend option {option} must be an int >= 1.")
         self._lock = threading.RLock()
@@ -414,8 +416,10 @@ class MemoryBackend(Backend):
                     self._queue.push(run.ref, run.request, front=True)
                 else:
                     failed.append(
-                        (run.ref, task_error(f"node {node_id} left the cluster", run.ref,
-                                             NodeDiedError))
+                        (
+                            run.ref,
+                            task_error(f"node {node_id} left the cluster", run.ref, NodeDiedError),
+                        )
                     )
             for entry in self._queue:
                 if not self._matcher.physically_feasible(entry.request):
@@ -469,8 +473,7 @@ def _parse_nodes(raw: Mapping[str, Any]) -> dict[str, tuple[Resources, dict[str,
             raise ConfigError("nodes: a list of nodes needs an 'id' in every entry.") from None
     if not isinstance(raw, Mapping) or not raw:
         raise ConfigError(
-            "nodes must be a non-empty mapping of node id -> resources, "
-            "e.g. {'n1': {'CPU': 4}}."
+            "nodes must be a non-empty mapping of node id -> resources, e.g. {'n1': {'CPU': 4}}."
         )
     parsed: dict[str, tuple[Resources, dict[str, str]]] = {}
     for node_id, value in raw.items():

@@ -30,8 +30,9 @@ class _Gang:
     `period` is removed and asked for again (doubling `period`, up to `MAX_PERIOD`).
     """
 
-    def __init__(self, backend: RayBackend, bundles: list[dict[str, float]],
-                 members: list[tuple[str, Any]]) -> None:
+    def __init__(
+        self, backend: RayBackend, bundles: list[dict[str, float]], members: list[tuple[str, Any]]
+    ) -> None:
         self._backend = backend
         self._bundles = bundles
         self._members = members  # (key, entry)

@@ -107,8 +107,9 @@ class ResizeStore:
         now = time.monotonic()
         out: dict[str, dict[str, float]] = {}
         with self._lock:
-            for key in [k for k, (t, _) in self._overlay.items()
-                        if now - t > self._overlay_seconds]:
+            for key in [
+                k for k, (t, _) in self._overlay.items() if now - t > self._overlay_seconds
+            ]:
                 del self._overlay[key]
             for (node, name), (_, total) in self._overlay.items():
                 out.setdefault(node, {})[name] = total

@@ -99,14 +99,13 @@ class NodeCache:
 
         raw = raw or read_raw()
         labels = {
-            n["NodeID"]: {k: v for k, v in (n.get("Labels") or {}).items()
-                          if not k.startswith("ray.io/")}
+            n["NodeID"]: {
+                k: v for k, v in (n.get("Labels") or {}).items() if not k.startswith("ray.io/")
+            }
             for n in ray.nodes()  # type: ignore[no-untyped-call]
             if n.get("Alive")
         }
-        physical = {
-            node: self.physical_part(totals) for node, totals in raw.total.items()
-        }
+        physical = {node: self.physical_part(totals) for node, totals in raw.total.items()}
         with self._lock:
             self._labels, self._physical, self._at = labels, physical, time.monotonic()
 

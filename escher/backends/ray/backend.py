@@ -164,8 +164,9 @@ class RayBackend(Backend):
             )
         return mode
 
-    def _setup(self, config: WorkerConfig, *, timeout: float, gang_strategy: str,
-               driver: bool) -> None:
+    def _setup(
+        self, config: WorkerConfig, *, timeout: float, gang_strategy: str, driver: bool
+    ) -> None:
         import ray
 
         self._config = config
@@ -185,11 +186,13 @@ class RayBackend(Backend):
         self._remote = ray.remote(run_task)
         self._resize = (
             ResizeStore(config.prefix, self._control, share_writes=config.share_writes)
-            if config.mode == "resize" else None
+            if config.mode == "resize"
+            else None
         )
         self._ledger = (
             LedgerQueue(self._control, self._candidates, timeout)
-            if config.mode == "ledger" else None
+            if config.mode == "ledger"
+            else None
         )
         self._completions: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self._settler: threading.Thread | None = None
@@ -256,9 +259,7 @@ class RayBackend(Backend):
             avail_raw = raw.available.get(node_id, {})
             avail = {k: min(float(avail_raw.get(k, 0.0)), v) for k, v in physical.items()}
             if self._resize is not None:
-                eph_total, eph_avail = self._resize_view(
-                    totals, avail_raw, recent.get(node_id)
-                )
+                eph_total, eph_avail = self._resize_view(totals, avail_raw, recent.get(node_id))
             else:
                 eph_total = dict(ephemeral_total.get(node_id, {}))
                 used = ephemeral_used.get(node_id, {})
@@ -324,9 +325,7 @@ class RayBackend(Backend):
         else:
             state = self.get_cluster_state()
             targets = spec.select(state)
-            self._check_not_node_defined(
-                label, {n: state.nodes[n].physical for n in targets}
-            )
+            self._check_not_node_defined(label, {n: state.nodes[n].physical for n in targets})
         for node in targets:
             self._apply(node, label, capacity)
         return targets
@@ -397,9 +396,14 @@ class RayBackend(Backend):
     def _physical_request(self, request: Resources) -> Resources:
         app = self._cache.app_names()
         return Resources._trusted(
-            {k: q for k, q in request.items()
-             if k in ("CPU", "GPU", "memory") or k in app or is_node_defined(k)
-             or not _is_label(k)}
+            {
+                k: q
+                for k, q in request.items()
+                if k in ("CPU", "GPU", "memory")
+                or k in app
+                or is_node_defined(k)
+                or not _is_label(k)
+            }
         )
 
     def _candidates(self, physical: Resources) -> list[str]:
@@ -455,8 +459,10 @@ class RayBackend(Backend):
     def _queue_for_units(self, key: str, entry: _Entry) -> None:
         assert self._ledger is not None
         entry.ref._set_status(
-            Status(StatusCode.UNSCHEDULABLE,
-                   f"waiting for ephemeral units {entry.ephemeral} on some node")
+            Status(
+                StatusCode.UNSCHEDULABLE,
+                f"waiting for ephemeral units {entry.ephemeral} on some node",
+            )
         )
         physical = self._physical_request(entry.spec.resources)
         self._ledger.add(
@@ -488,8 +494,9 @@ class RayBackend(Backend):
                 self._config, key, fn, spec.args, dict(spec.kwargs)
             )
         except Exception as exc:
-            self._settle_error(key, entry, task_error(f"Ray refused it: {exc}", entry.ref,
-                                                      TaskFailedError))
+            self._settle_error(
+                key, entry, task_error(f"Ray refused it: {exc}", entry.ref, TaskFailedError)
+            )
             return
         entry.object_ref = object_ref
         # Ray calls this on its own I/O thread, which must never block: hand over.
@@ -513,23 +520,27 @@ class RayBackend(Backend):
         except rex.RayTaskError as exc:
             cause = getattr(exc, "cause", None)
             error: BaseException = (
-                cause if isinstance(cause, BaseException)
-                else exc.as_instanceof_cause()  # type: ignore[no-untyped-call]
+                cause if isinstance(cause, BaseException) else exc.as_instanceof_cause()  # type: ignore[no-untyped-call]
             )
             self._settle_error(key, entry, error)
             return
-        except (rex.WorkerCrashedError, rex.NodeDiedError, rex.TaskUnschedulableError,
-                rex.OwnerDiedError, rex.ObjectLostError) as exc:
+        except (
+            rex.WorkerCrashedError,
+            rex.NodeDiedError,
+            rex.TaskUnschedulableError,
+            rex.OwnerDiedError,
+            rex.ObjectLostError,
+        ) as exc:
             if self._retry_elsewhere(key, entry):
                 return
             self._settle_error(
-                key, entry, task_error(f"its Ray worker or node died ({exc})", ref,
-                                       NodeDiedError)
+                key, entry, task_error(f"its Ray worker or node died ({exc})", ref, NodeDiedError)
             )
             return
         except Exception as exc:
-            self._settle_error(key, entry, task_error(f"Ray failed it: {exc}", ref,
-                                                      TaskFailedError))
+            self._settle_error(
+                key, entry, task_error(f"Ray failed it: {exc}", ref, TaskFailedError)
+            )
             return
         if isinstance(out, str) and out == CANCELLED:
             self._finish_entry(key, entry, cancelled=True)
@@ -599,8 +610,13 @@ class RayBackend(Backend):
                 with self._lock:
                     entry = self._entries.get(key)
                 if entry is not None:
-                    self._finish_entry(key, entry, error=task_error(
-                        f"escher could not settle it: {exc!r}", entry.ref, TaskFailedError))
+                    self._finish_entry(
+                        key,
+                        entry,
+                        error=task_error(
+                            f"escher could not settle it: {exc!r}", entry.ref, TaskFailedError
+                        ),
+                    )
 
     def _ensure_sync(self) -> None:
         with self._lock:
@@ -626,9 +642,7 @@ class RayBackend(Backend):
                 done, self._done_keys = self._done_keys, []
                 idle = not self._entries
             try:
-                fresh = wait_for(
-                    self._control().sync.remote(self._driver_id, done), self._timeout
-                )
+                fresh = wait_for(self._control().sync.remote(self._driver_id, done), self._timeout)
             except Exception:
                 with self._lock:
                     self._done_keys.extend(done)

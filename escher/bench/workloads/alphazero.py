@@ -99,8 +99,7 @@ class _Pipelines:
         if variant == "escher":  # the five lines of the paper (see the module docstring)
             lb = esl.LoadBalance(backend, tasks=p.pipelines, name="az-lb")
             colo = esl.CoLocation(backend, name="az-colo")
-            self.groups = [colo.unknown_group(f"pipe-{k}", policy=lb)
-                           for k in range(p.pipelines)]
+            self.groups = [colo.unknown_group(f"pipe-{k}", policy=lb) for k in range(p.pipelines)]
             self.policies = [lb, colo]
 
     # --- task bodies (run at the task's start, on its node) ------------------------------
@@ -113,16 +112,21 @@ class _Pipelines:
         assert context is not None
         if context.node_id != source:
             self.transfers += 1
-            self.backend.add_duration(transfer(
-                self.backend.clock.now(), [self.out[source], self.inn[context.node_id]],
-                self.p.state_mb * 1e6, self.p.latency_s))
+            self.backend.add_duration(
+                transfer(
+                    self.backend.clock.now(),
+                    [self.out[source], self.inn[context.node_id]],
+                    self.p.state_mb * 1e6,
+                    self.p.latency_s,
+                )
+            )
 
     # --- driving -------------------------------------------------------------------------
-    def _launch(self, pipe: int, fn: Any, args: tuple[Any, ...], request: dict[str, float],
-                duration: float) -> TaskRef:
+    def _launch(
+        self, pipe: int, fn: Any, args: tuple[Any, ...], request: dict[str, float], duration: float
+    ) -> TaskRef:
         if self.variant == "escher":
-            ref: TaskRef = self.groups[pipe].launch(fn, *args, resources=request,
-                                                    duration=duration)
+            ref: TaskRef = self.groups[pipe].launch(fn, *args, resources=request, duration=duration)
             return ref
         if self.variant == "hardcoded":
             request = {**request, f"host-{self.ids[pipe // self.p.gpus_per_node]}": 1}
@@ -132,15 +136,21 @@ class _Pipelines:
             free = [n for n in self.ids if state.nodes[n].available.get(name, 0.0) >= 1]
             request = {**request, f"host-{self.rng.choice(free or self.ids)}": 1}
         launched: TaskRef = self.backend.launch(
-            TaskSpec(fn=fn, args=args, resources=Resources(request), duration=duration))
+            TaskSpec(fn=fn, args=args, resources=Resources(request), duration=duration)
+        )
         return launched
 
     def start(self, pipe: int, iteration: int) -> None:
         if iteration >= self.p.iterations:
             return
         submitted = self.backend.clock.now()
-        gen = self._launch(pipe, self.generate, (pipe, iteration == 0), {"CPU": 1},
-                           _lognormal(self.rng, self.p.gen_s, self.p.gen_sigma))
+        gen = self._launch(
+            pipe,
+            self.generate,
+            (pipe, iteration == 0),
+            {"CPU": 1},
+            _lognormal(self.rng, self.p.gen_s, self.p.gen_sigma),
+        )
         eval_s = _lognormal(self.rng, self.p.eval_s, self.p.eval_sigma)
 
         def generated(ref: TaskRef) -> None:
@@ -192,36 +202,57 @@ def run(quick: bool = False, seed: int = 0) -> Result:
     result.add("median latency s: unaware (first-fit)", round(runs["firstfit"]["median"], 4))
     result.add("median latency s: escher", round(ours["median"], 4))
     result.add("median latency s: hard-coded", round(hard["median"], 4))
-    result.add("median latency better than unaware, %",
-               round(100 * (1 - ours["median"] / un["median"]), 1), 15.4)
-    result.add("P95 latency better than unaware, %",
-               round(100 * (1 - ours["p95"] / un["p95"]), 1), 20.0)
-    result.add("exploration throughput escher / unaware",
-               round(ours["throughput"] / un["throughput"], 2), "1.5-2x", "slides")
-    result.add("overhead vs hard-coded (makespan), %",
-               round(100 * (ours["makespan"] / hard["makespan"] - 1), 3), "< 1")
+    result.add(
+        "median latency better than unaware, %",
+        round(100 * (1 - ours["median"] / un["median"]), 1),
+        15.4,
+    )
+    result.add(
+        "P95 latency better than unaware, %", round(100 * (1 - ours["p95"] / un["p95"]), 1), 20.0
+    )
+    result.add(
+        "exploration throughput escher / unaware",
+        round(ours["throughput"] / un["throughput"], 2),
+        "1.5-2x",
+        "slides",
+    )
+    result.add(
+        "overhead vs hard-coded (makespan), %",
+        round(100 * (ours["makespan"] / hard["makespan"] - 1), 3),
+        "< 1",
+    )
     ff = runs["firstfit"]
-    result.add("first-fit baseline: escher median better, %",
-               round(100 * (1 - ours["median"] / ff["median"]), 1), "",
-               f"throughput x{ours['throughput'] / ff['throughput']:.2f}")
-    result.add("evaluations fetching remote states: unaware",
-               f"{un['transfers']} / {un['iterations']}", "",
-               f"first-fit {ff['transfers']}, escher {ours['transfers']}, "
-               f"hard-coded {hard['transfers']}")
+    result.add(
+        "first-fit baseline: escher median better, %",
+        round(100 * (1 - ours["median"] / ff["median"]), 1),
+        "",
+        f"throughput x{ours['throughput'] / ff['throughput']:.2f}",
+    )
+    result.add(
+        "evaluations fetching remote states: unaware",
+        f"{un['transfers']} / {un['iterations']}",
+        "",
+        f"first-fit {ff['transfers']}, escher {ours['transfers']}, hard-coded {hard['transfers']}",
+    )
     sizes = [16.0, 64.0, 256.0] if quick else [8.0, 16.0, 32.0, 64.0, 128.0, 256.0]
     sweep = []
     for size in sizes:
         q = replace(p, state_mb=size, iterations=min(p.iterations, 10))
         a = simulate("unaware", q, seed, result.meter)
         b = simulate("escher", q, seed, result.meter)
-        sweep.append({"state_mb": size,
-                      "median_gain": 100 * (1 - b["median"] / a["median"]),
-                      "p95_gain": 100 * (1 - b["p95"] / a["p95"]),
-                      "speedup": b["throughput"] / a["throughput"]})
-    result.data = {"runs": {v: {k: x for k, x in r.items() if k != "latencies"}
-                            for v, r in runs.items()},
-                   "latencies": {v: r["latencies"] for v, r in runs.items()},
-                   "sweep": sweep}
+        sweep.append(
+            {
+                "state_mb": size,
+                "median_gain": 100 * (1 - b["median"] / a["median"]),
+                "p95_gain": 100 * (1 - b["p95"] / a["p95"]),
+                "speedup": b["throughput"] / a["throughput"],
+            }
+        )
+    result.data = {
+        "runs": {v: {k: x for k, x in r.items() if k != "latencies"} for v, r in runs.items()},
+        "latencies": {v: r["latencies"] for v, r in runs.items()},
+        "sweep": sweep,
+    }
     return result
 
 

@@ -37,8 +37,11 @@ USERS = ("u1", "u2", "u3")
 #: (arrival time, organisation, user, weight in its organisation)
 ARRIVALS = ((0.0, "org-a", "u1", 2.0), (60.0, "org-a", "u2", 3.0), (120.0, "org-b", "u3", 1.0))
 #: Expected steady shares per phase (the weights).
-EXPECTED = {0: {"u1": 1.0, "u2": 0.0, "u3": 0.0}, 60: {"u1": 0.4, "u2": 0.6, "u3": 0.0},
-            120: {"u1": 0.2, "u2": 0.3, "u3": 0.5}}
+EXPECTED = {
+    0: {"u1": 1.0, "u2": 0.0, "u3": 0.0},
+    60: {"u1": 0.4, "u2": 0.6, "u3": 0.0},
+    120: {"u1": 0.2, "u2": 0.3, "u3": 0.5},
+}
 
 
 @dataclass(frozen=True)
@@ -82,8 +85,14 @@ def simulate(variant: str, p: Params, seed: int, meter: Meter) -> dict[str, Any]
                 if policy is not None:
                     policy.launch(work, user, seconds, resources={"CPU": 1}, duration=seconds)
                 else:
-                    backend.launch(TaskSpec(fn=work, args=(user, seconds),
-                                            resources=Resources({"CPU": 1}), duration=seconds))
+                    backend.launch(
+                        TaskSpec(
+                            fn=work,
+                            args=(user, seconds),
+                            resources=Resources({"CPU": 1}),
+                            duration=seconds,
+                        )
+                    )
 
         for when, org, user, weight in ARRIVALS:
             backend.clock.call_later(when, functools.partial(arrive, org, user, weight))
@@ -110,8 +119,9 @@ def simulate(variant: str, p: Params, seed: int, meter: Meter) -> dict[str, Any]
 def run(quick: bool = False, seed: int = 0) -> Result:
     """FIFO vs hierarchical fair sharing; plus the same on 8-CPU nodes (rounding)."""
     p = Params(nodes=4, backlog=5000) if quick else Params()
-    result = Result(NAME, "Hierarchical fair sharing: shares over time follow the weights",
-                    plot=plot)
+    result = Result(
+        NAME, "Hierarchical fair sharing: shares over time follow the weights", plot=plot
+    )
     result.params = {**asdict(p), "seed": seed, "arrivals": ARRIVALS}
     runs = {v: simulate(v, p, seed, result.meter) for v in VARIANTS}
     worst = 0.0
@@ -122,15 +132,27 @@ def run(quick: bool = False, seed: int = 0) -> Result:
             ours = runs["escher"]["phases"][start][user]
             fifo = runs["fifo"]["phases"][start][user]
             worst = max(worst, abs(ours - expected[user]))
-            result.add(f"t={start}-: {user} share (fifo {fifo:.2f})", round(ours, 3),
-                       expected[user], "paper: follows the weights")
+            result.add(
+                f"t={start}-: {user} share (fifo {fifo:.2f})",
+                round(ours, 3),
+                expected[user],
+                "paper: follows the weights",
+            )
     result.add("largest deviation from the weights", round(worst, 3), "", "share of the cluster")
     small = replace(p, cpus_per_node=8)
     rounded = simulate("escher", small, seed, result.meter)["phases"]
-    result.add("8-CPU nodes, t=60-: u1 share", round(rounded[60]["u1"], 3), 0.4,
-               "per-node rounding: 8 slots split 2:3 -> 3:5")
-    result.add("8-CPU nodes, t=120-: u1 share", round(rounded[120]["u1"], 3), 0.2,
-               "per-node rounding: 4 slots split 2:3 -> 2:2")
+    result.add(
+        "8-CPU nodes, t=60-: u1 share",
+        round(rounded[60]["u1"], 3),
+        0.4,
+        "per-node rounding: 8 slots split 2:3 -> 3:5",
+    )
+    result.add(
+        "8-CPU nodes, t=120-: u1 share",
+        round(rounded[120]["u1"], 3),
+        0.2,
+        "per-node rounding: 4 slots split 2:3 -> 2:2",
+    )
     result.data = {"runs": runs, "rounded": rounded}
     return result
 
@@ -142,8 +164,7 @@ def plot(result: Result, path: Path) -> None:
     for ax, variant in zip(axes, VARIANTS, strict=True):
         windows = result.data["runs"][variant]["windows"]
         ts = [w["t"] for w in windows]
-        ax.stackplot(ts, *[[w[u] for w in windows] for u in USERS], labels=list(USERS),
-                     step="post")
+        ax.stackplot(ts, *[[w[u] for w in windows] for u in USERS], labels=list(USERS), step="post")
         for start, expected in EXPECTED.items():
             level = 0.0
             for u in USERS:

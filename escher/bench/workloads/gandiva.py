@@ -103,8 +103,7 @@ def _policy_lines() -> int:
 
 
 def _cluster(p: Params) -> dict[str, dict[str, float]]:
-    return {f"g{i}": {"GPU": p.gpus_per_node, "CPU": 16, f"host-g{i}": 100}
-            for i in range(p.nodes)}
+    return {f"g{i}": {"GPU": p.gpus_per_node, "CPU": 16, f"host-g{i}": 100} for i in range(p.nodes)}
 
 
 class _Tune:
@@ -142,8 +141,11 @@ class _Tune:
             if self.variant == "spread":
                 free = [n for n, g in self._free_gpus().items() if g >= 1]
                 request[f"host-{self.rng.choice(free or self.ids)}"] = 1
-            ref = self.backend.launch(TaskSpec(fn=self._noop, resources=Resources(request),
-                                               duration=float(work), name="short"))
+            ref = self.backend.launch(
+                TaskSpec(
+                    fn=self._noop, resources=Resources(request), duration=float(work), name="short"
+                )
+            )
 
         def done(_: TaskRef) -> None:
             if self.backend.clock.now() <= self.p.horizon_s:
@@ -169,8 +171,14 @@ class _Tune:
                     node = self.rng.choice(choices or self.ids)
                     free[node] = free.get(node, 0) - 1
                     request[f"host-{node}"] = 1
-                specs.append(TaskSpec(fn=self._worker, args=(siblings,),
-                                      resources=Resources(request), name="long-worker"))
+                specs.append(
+                    TaskSpec(
+                        fn=self._worker,
+                        args=(siblings,),
+                        resources=Resources(request),
+                        name="long-worker",
+                    )
+                )
             siblings.extend(self.backend.launch_gang(specs))
         finished = {"n": 0}
 
@@ -201,9 +209,14 @@ def simulate(variant: str, p: Params, seed: int, meter: Meter) -> dict[str, Any]
         if tune.policy is not None:
             tune.policy.close()
     spans = tune.long_spans
-    return {"variant": variant, "throughput": tune.iterations / p.horizon_s,
-            "long_done": tune.long_done, "short_done": tune.short_done,
-            "long_one_node": sum(1 for s in spans if s == 1), "long_total": len(spans)}
+    return {
+        "variant": variant,
+        "throughput": tune.iterations / p.horizon_s,
+        "long_done": tune.long_done,
+        "short_done": tune.short_done,
+        "long_one_node": sum(1 for s in spans if s == 1),
+        "long_total": len(spans),
+    }
 
 
 def run(quick: bool = False, seed: int = 0) -> Result:
@@ -215,23 +228,35 @@ def run(quick: bool = False, seed: int = 0) -> Result:
     ours = runs["escher"]
     for v in VARIANTS:
         r = runs[v]
-        result.add(f"throughput it/s: {v}", round(r["throughput"], 3), "",
-                   f"long trials on one node: {r['long_one_node']}/{r['long_total']}")
-    result.add("escher vs spread: throughput gain %",
-               round(100 * (ours["throughput"] / runs["spread"]["throughput"] - 1), 1),
-               PAPER_GAIN, "paper: vs Ray Tune's default placement")
-    result.add("escher vs first-fit: throughput gain %",
-               round(100 * (ours["throughput"] / runs["firstfit"]["throughput"] - 1), 1),
-               PAPER_GAIN)
-    result.add("policy code, lines", _policy_lines(), 50,
-               "GandivaPolicy, without docstrings and blank lines")
+        result.add(
+            f"throughput it/s: {v}",
+            round(r["throughput"], 3),
+            "",
+            f"long trials on one node: {r['long_one_node']}/{r['long_total']}",
+        )
+    result.add(
+        "escher vs spread: throughput gain %",
+        round(100 * (ours["throughput"] / runs["spread"]["throughput"] - 1), 1),
+        PAPER_GAIN,
+        "paper: vs Ray Tune's default placement",
+    )
+    result.add(
+        "escher vs first-fit: throughput gain %",
+        round(100 * (ours["throughput"] / runs["firstfit"]["throughput"] - 1), 1),
+        PAPER_GAIN,
+    )
+    result.add(
+        "policy code, lines",
+        _policy_lines(),
+        50,
+        "GandivaPolicy, without docstrings and blank lines",
+    )
     sweep = []
     for slowdown in (1.25, 1.5, 2.0, 3.0, 4.0):
         q = replace(p, cross_node_slowdown=slowdown)
         a = simulate("spread", q, seed, result.meter)
         b = simulate("escher", q, seed, result.meter)
-        sweep.append({"slowdown": slowdown,
-                      "gain": 100 * (b["throughput"] / a["throughput"] - 1)})
+        sweep.append({"slowdown": slowdown, "gain": 100 * (b["throughput"] / a["throughput"] - 1)})
     result.data = {"runs": runs, "sweep": sweep}
     return result
 
@@ -241,13 +266,20 @@ def plot(result: Result, path: Path) -> None:
     plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.6))
     runs = result.data["runs"]
-    left.bar(list(runs), [r["throughput"] for r in runs.values()],
-             color=[f"C{i}" for i in range(len(runs))])
+    left.bar(
+        list(runs),
+        [r["throughput"] for r in runs.values()],
+        color=[f"C{i}" for i in range(len(runs))],
+    )
     left.set_ylabel("iterations / simulated s")
     left.set_title("tuning throughput (12 GPUs)")
     sweep = result.data["sweep"]
-    right.plot([s["slowdown"] for s in sweep], [s["gain"] for s in sweep], "o-",
-               label="ours: escher vs spread")
+    right.plot(
+        [s["slowdown"] for s in sweep],
+        [s["gain"] for s in sweep],
+        "o-",
+        label="ours: escher vs spread",
+    )
     right.axhline(PAPER_GAIN, color="grey", ls="--", label="paper: 36.3%")
     right.set_xlabel("cross-node slowdown of the 4-GPU trial")
     right.set_ylabel("throughput gain (%)")

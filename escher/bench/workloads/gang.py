@@ -100,7 +100,7 @@ class _Trial:
 
     def cost(self, seconds: float) -> float:
         sigma = self.p.jitter_sigma
-        return seconds * self.rng.lognormvariate(-sigma**2 / 2, sigma)
+        return seconds * self.rng.lognormvariate(-(sigma**2) / 2, sigma)
 
     def at(self, when: float, fn: Callable[[], Any]) -> None:
         self.clock.call_later(max(0.0, when - self.clock.now()), fn)
@@ -118,8 +118,7 @@ class _Trial:
 
     def _launch_member(self, request: Resources) -> None:
         delay = self.cost(self.p.dispatch_s)
-        spec = TaskSpec(fn=self._delayed_start, args=(delay,), resources=request,
-                        name="member")
+        spec = TaskSpec(fn=self._delayed_start, args=(delay,), resources=request, name="member")
         self.backend.launch(spec)
 
     def _delayed_start(self, delay: float) -> None:
@@ -129,15 +128,20 @@ class _Trial:
     # --- protocols -----------------------------------------------------------------------
     def native(self) -> None:
         spanned = math.ceil(self.p.members / self.p.cpus_per_node)
-        ready = self.store.serve(0.0, self.cost(self.p.pg_base_s + spanned *
-                                                self.p.pg_per_node_s))
+        ready = self.store.serve(0.0, self.cost(self.p.pg_base_s + spanned * self.p.pg_per_node_s))
         gang = esl.Gang(self.backend, mode="native", name="native")
 
         def launch() -> None:  # the bundles are reserved: members go in as one gang
-            delays = [self.driver.serve(ready, self.cost(self.p.submit_s)) - ready
-                      for _ in range(self.p.members)]
-            members = [esl.Member(self._delayed_start, (d + self.cost(self.p.dispatch_s),),
-                                  resources={"CPU": 1}) for d in delays]
+            delays = [
+                self.driver.serve(ready, self.cost(self.p.submit_s)) - ready
+                for _ in range(self.p.members)
+            ]
+            members = [
+                esl.Member(
+                    self._delayed_start, (d + self.cost(self.p.dispatch_s),), resources={"CPU": 1}
+                )
+                for d in delays
+            ]
             gang.run(members)
 
         self.at(ready, launch)
@@ -152,8 +156,13 @@ class _Trial:
             self.at(0.0, lambda: self._wait_each(0, 0.0))
 
     def _launch_ghost(self, index: int, label: str) -> None:
-        spec = TaskSpec(fn=self._ghost, args=(index, label), resources=Resources({"CPU": 1}),
-                        name="ghost", duration=3600.0)
+        spec = TaskSpec(
+            fn=self._ghost,
+            args=(index, label),
+            resources=Resources({"CPU": 1}),
+            name="ghost",
+            duration=3600.0,
+        )
         self.backend.launch(spec)
 
     def _ghost(self, index: int, label: str) -> None:
@@ -176,8 +185,9 @@ class _Trial:
 
         def answer() -> None:
             if complete:
-                self.submit_members(self.clock.now(),
-                                    [Resources({label: 1}) for label in self.labels])
+                self.submit_members(
+                    self.clock.now(), [Resources({label: 1}) for label in self.labels]
+                )
             else:
                 self.at(self.clock.now() + self.p.poll_s, self._poll)
 
@@ -223,21 +233,41 @@ def run(quick: bool = False, seed: int = 0) -> Result:
     result.params = {**asdict(p), "seed": seed}
     lat = {v: simulate(v, p, seed, result.meter) for v in VARIANTS}
     for v in VARIANTS:
-        result.add(f"median latency ms: {v}", round(1000 * median(lat[v]), 1), PAPER_MS[v],
-                   f"P95 {1000 * percentile(lat[v], 95):.1f} ms")
-    result.add("esl / native", round(median(lat["esl"]) / median(lat["native"]), 2),
-               round(PAPER_MS["esl"] / PAPER_MS["native"], 2), "ratio of medians")
-    result.add("app / esl", round(median(lat["app"]) / median(lat["esl"]), 3),
-               round(PAPER_MS["app"] / PAPER_MS["esl"], 3), "ratio of medians")
+        result.add(
+            f"median latency ms: {v}",
+            round(1000 * median(lat[v]), 1),
+            PAPER_MS[v],
+            f"P95 {1000 * percentile(lat[v], 95):.1f} ms",
+        )
+    result.add(
+        "esl / native",
+        round(median(lat["esl"]) / median(lat["native"]), 2),
+        round(PAPER_MS["esl"] / PAPER_MS["native"], 2),
+        "ratio of medians",
+    )
+    result.add(
+        "app / esl",
+        round(median(lat["app"]) / median(lat["esl"]), 3),
+        round(PAPER_MS["app"] / PAPER_MS["esl"], 3),
+        "ratio of medians",
+    )
     sweep = []
     for size in (32, 64, 128, 256):
         q = replace(p, members=size, trials=3)
-        sweep.append({"members": size, **{v: 1000 * median(simulate(v, q, seed, result.meter))
-                                          for v in VARIANTS}})
+        sweep.append(
+            {
+                "members": size,
+                **{v: 1000 * median(simulate(v, q, seed, result.meter)) for v in VARIANTS},
+            }
+        )
     real = {m: _realtime(m, 3 if quick else 10) for m in ("native", "ephemeral")}
     for m, values in real.items():
-        result.add(f"real-time memory backend, 8 members: {m} ms",
-                   round(1000 * statistics.median(values), 1), "", "wall clock, median")
+        result.add(
+            f"real-time memory backend, 8 members: {m} ms",
+            round(1000 * statistics.median(values), 1),
+            "",
+            "wall clock, median",
+        )
     result.data = {"latencies": lat, "sweep": sweep, "realtime": real}
     return result
 
@@ -254,8 +284,11 @@ def _realtime(mode: str, trials: int) -> list[float]:
             lock = threading.Lock()
             release = threading.Event()
 
-            def body(started: list[float] = started, lock: threading.Lock = lock,
-                     release: threading.Event = release) -> None:
+            def body(
+                started: list[float] = started,
+                lock: threading.Lock = lock,
+                release: threading.Event = release,
+            ) -> None:
                 with lock:
                     started.append(time.perf_counter())
                 release.wait(10.0)
@@ -283,10 +316,20 @@ def plot(result: Result, path: Path) -> None:
     fig, (left, right) = plt.subplots(1, 2, figsize=(9.5, 3.6))
     lat = result.data["latencies"]
     xs = range(len(VARIANTS))
-    left.bar([x - 0.2 for x in xs], [1000 * median(lat[v]) for v in VARIANTS], 0.4,
-             label="ours (simulated)")
-    left.bar([x + 0.2 for x in xs], [PAPER_MS[v] for v in VARIANTS], 0.4, label="paper",
-             hatch="//", color="lightgrey")
+    left.bar(
+        [x - 0.2 for x in xs],
+        [1000 * median(lat[v]) for v in VARIANTS],
+        0.4,
+        label="ours (simulated)",
+    )
+    left.bar(
+        [x + 0.2 for x in xs],
+        [PAPER_MS[v] for v in VARIANTS],
+        0.4,
+        label="paper",
+        hatch="//",
+        color="lightgrey",
+    )
     left.set_xticks(list(xs), ["native", "gang ESL", "app-level"])
     left.set_ylabel("median latency (ms)")
     left.set_title("256-member gang, 32 nodes")

@@ -84,20 +84,31 @@ def run(quick: bool = False, seed: int = 0) -> Result:
     result = Result(NAME, "Scheduling overhead of ephemeral resources", plot=plot)
     result.params = {**asdict(p), "seed": seed, "note": "wall times depend on the machine"}
     live_resources(p, 0, Meter())  # warm-up, not reported
-    points = [min((live_resources(p, n, result.meter) for _ in range(3)),
-                  key=lambda pt: pt["us_per_task"]) for n in p.live]
+    points = [
+        min(
+            (live_resources(p, n, result.meter) for _ in range(3)), key=lambda pt: pt["us_per_task"]
+        )
+        for n in p.live
+    ]
     base = points[0]
     for pt in points:
-        result.add(f"{pt['live']:,} live: simulated makespan s", round(pt["makespan"], 3),
-                   "unaffected", f"wall {pt['us_per_task']:.1f} us/task, "
-                   f"x{pt['us_per_task'] / base['us_per_task']:.2f} of 0 live")
+        result.add(
+            f"{pt['live']:,} live: simulated makespan s",
+            round(pt["makespan"], 3),
+            "unaffected",
+            f"wall {pt['us_per_task']:.1f} us/task, "
+            f"x{pt['us_per_task'] / base['us_per_task']:.2f} of 0 live",
+        )
     one = min(many_requested(p, 1, result.meter) for _ in range(3))
     hundred = min(many_requested(p, 100, result.meter) for _ in range(3))
-    result.add("1000 live, request 1: wall us per task", round(one, 1), "1100",
-               "paper: ms on Ray, ours: in-process us")
+    result.add(
+        "1000 live, request 1: wall us per task",
+        round(one, 1),
+        "1100",
+        "paper: ms on Ray, ours: in-process us",
+    )
     result.add("1000 live, request 100: wall us per task", round(hundred, 1), "1200")
-    result.add("request 100 / request 1", round(hundred / one, 2), round(1.2 / 1.1, 2),
-               "ratio")
+    result.add("request 100 / request 1", round(hundred / one, 2), round(1.2 / 1.1, 2), "ratio")
     result.data = {"points": points, "one": one, "hundred": hundred}
     return result
 

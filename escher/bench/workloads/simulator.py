@@ -39,28 +39,45 @@ def measure(nodes: int, tasks: int, seed: int, result: Result) -> dict[str, floa
         events = backend.clock.events_run  # type: ignore[attr-defined]
         makespan = backend.clock.now()
         done = sum(1 for r in refs if r.done() and r.exception(0) is None)
-    return {"nodes": nodes, "tasks": tasks, "wall": wall, "events": events,
-            "makespan": makespan, "done": done}
+    return {
+        "nodes": nodes,
+        "tasks": tasks,
+        "wall": wall,
+        "events": events,
+        "makespan": makespan,
+        "done": done,
+    }
 
 
 def run(quick: bool = False, seed: int = 0) -> Result:
     """Measure the simulator at several task counts, up to 100 nodes x 100,000 tasks."""
     sizes = [1_000, 10_000] if quick else [1_000, 10_000, 30_000, 100_000]
     result = Result(NAME, "Simulator speed (virtual clock, in-memory backend)", plot=plot)
-    result.params = {"nodes": 100, "cpus_per_node": 8, "task_cpu": 1,
-                     "duration_s": "uniform(0.5, 1.5)", "seed": seed}
+    result.params = {
+        "nodes": 100,
+        "cpus_per_node": 8,
+        "task_cpu": 1,
+        "duration_s": "uniform(0.5, 1.5)",
+        "seed": seed,
+    }
     points = [measure(100, n, seed, result) for n in sizes]
     result.data["points"] = points
     for p in points:
         rate = p["events"] / p["wall"]
-        result.add(f"{p['tasks']:,} tasks: wall s", round(p["wall"], 2),
-                   f"< {LIMIT_S:g} (issue)" if p["tasks"] == 100_000 else "",
-                   f"{p['events']:,} events, {rate:,.0f} events/s, all done: "
-                   f"{p['done'] == p['tasks']}")
+        result.add(
+            f"{p['tasks']:,} tasks: wall s",
+            round(p["wall"], 2),
+            f"< {LIMIT_S:g} (issue)" if p["tasks"] == 100_000 else "",
+            f"{p['events']:,} events, {rate:,.0f} events/s, all done: {p['done'] == p['tasks']}",
+        )
     biggest = points[-1]
     result.add("events/s at the largest size", round(biggest["events"] / biggest["wall"]))
-    result.add("simulated makespan s (largest)", round(biggest["makespan"], 2), "",
-               "= tasks x mean duration / CPUs (sanity check)")
+    result.add(
+        "simulated makespan s (largest)",
+        round(biggest["makespan"], 2),
+        "",
+        "= tasks x mean duration / CPUs (sanity check)",
+    )
     return result
 
 
@@ -76,8 +93,9 @@ def plot(result: Result, path: Path) -> None:
     ax.set_xlabel("tasks (100 nodes)")
     ax.set_ylabel("wall seconds")
     ax2 = ax.twinx()
-    ax2.plot(xs, [p["events"] / p["wall"] / 1000 for p in points], "s:", color="C1",
-             label="k events/s")
+    ax2.plot(
+        xs, [p["events"] / p["wall"] / 1000 for p in points], "s:", color="C1", label="k events/s"
+    )
     ax2.set_ylabel("thousand events / s")
     fig.legend(loc="upper left", bbox_to_anchor=(0.12, 0.88), fontsize=8)
     ax.set_title("Simulator speed")

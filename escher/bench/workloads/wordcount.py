@@ -80,8 +80,12 @@ class _Model:
         if here == source:
             return
         p = self.params
-        seconds = transfer(backend.clock.now(), [self.out[source], self.inn[here]],
-                           p.file_mb * 1e6, p.fetch_latency_s)
+        seconds = transfer(
+            backend.clock.now(),
+            [self.out[source], self.inn[here]],
+            p.file_mb * 1e6,
+            p.fetch_latency_s,
+        )
         self.remote += 1
         self.fetch_s += seconds
         backend.add_duration(seconds)
@@ -98,8 +102,9 @@ def simulate(variant: str, nodes: int, params: Params, seed: int, meter: Meter) 
     rng = random.Random(seed)
     ids = sorted(_nodes(nodes, params.cpus_per_node))
     mu = math.log(params.map_s) - params.map_sigma**2 / 2
-    durations = [params.pod_start_s + rng.lognormvariate(mu, params.map_sigma)
-                 for _ in range(params.files)]
+    durations = [
+        params.pod_start_s + rng.lognormvariate(mu, params.map_sigma) for _ in range(params.files)
+    ]
     model = _Model(ids, params)
     with meter.simulate(_nodes(nodes, params.cpus_per_node)) as backend:
         loc = esl.DataLocality(backend, name="wc") if variant == "escher" else None
@@ -110,9 +115,16 @@ def simulate(variant: str, nodes: int, params: Params, seed: int, meter: Meter) 
             done["maps"] += 1
             if done["maps"] == params.files:
                 for nid in ids:
-                    reduces.append(backend.launch(TaskSpec(
-                        fn=_noop, resources=Resources({"CPU": 1, f"host-{nid}": 1}),
-                        duration=params.reduce_s, name="reduce")))
+                    reduces.append(
+                        backend.launch(
+                            TaskSpec(
+                                fn=_noop,
+                                resources=Resources({"CPU": 1, f"host-{nid}": 1}),
+                                duration=params.reduce_s,
+                                name="reduce",
+                            )
+                        )
+                    )
 
         def launch_maps() -> None:
             for f in range(params.files):
@@ -122,11 +134,18 @@ def simulate(variant: str, nodes: int, params: Params, seed: int, meter: Meter) 
                     request[f"host-{source}"] = 1
                 if loc is not None:
                     ref = loc.near(f"shard-{source}").launch(
-                        model.map_body, source, resources=request, duration=durations[f])
+                        model.map_body, source, resources=request, duration=durations[f]
+                    )
                 else:
-                    ref = backend.launch(TaskSpec(fn=model.map_body, args=(source,),
-                                                  resources=Resources(request),
-                                                  duration=durations[f], name="map"))
+                    ref = backend.launch(
+                        TaskSpec(
+                            fn=model.map_body,
+                            args=(source,),
+                            resources=Resources(request),
+                            duration=durations[f],
+                            name="map",
+                        )
+                    )
                 ref.add_done_callback(map_done)
 
         delay = 0.0
@@ -140,16 +159,23 @@ def simulate(variant: str, nodes: int, params: Params, seed: int, meter: Meter) 
         ok = len(reduces) == nodes and all(r.done() for r in reduces)
         if loc is not None:
             loc.close()
-    return {"variant": variant, "nodes": nodes, "makespan": makespan, "remote": model.remote,
-            "fetch_s": model.fetch_s, "complete": ok}
+    return {
+        "variant": variant,
+        "nodes": nodes,
+        "makespan": makespan,
+        "remote": model.remote,
+        "fetch_s": model.fetch_s,
+        "complete": ok,
+    }
 
 
 def run(quick: bool = False, seed: int = 0) -> Result:
     """All three variants at 10, 50 and 100 nodes (quick: fewer files, 10 and 50 nodes)."""
     params = Params(files=400) if quick else Params()
     sizes = (10, 50) if quick else (10, 50, 100)
-    result = Result(NAME, "WordCount makespan: generic vs native locality vs DataLocality ESL",
-                    plot=plot)
+    result = Result(
+        NAME, "WordCount makespan: generic vs native locality vs DataLocality ESL", plot=plot
+    )
     result.params = {**asdict(params), "seed": seed, "nodes": list(sizes)}
     runs = {(n, v): simulate(v, n, params, seed, result.meter) for n in sizes for v in VARIANTS}
     result.data["runs"] = [dict(r) for r in runs.values()]
@@ -159,14 +185,26 @@ def run(quick: bool = False, seed: int = 0) -> Result:
         result.add(f"{n} nodes: generic makespan s", round(generic, 2), paper[0])
         result.add(f"{n} nodes: native makespan s", round(native, 2), paper[1])
         result.add(f"{n} nodes: escher makespan s", round(ours, 2), paper[2])
-        result.add(f"{n} nodes: generic / native", round(generic / native, 2),
-                   round(paper[0] / paper[1], 2), "ratio")
-        result.add(f"{n} nodes: escher vs native, %", round(100 * (ours / native - 1), 2),
-                   round(100 * (paper[2] / paper[1] - 1), 2), "paper: within 1.9%")
+        result.add(
+            f"{n} nodes: generic / native",
+            round(generic / native, 2),
+            round(paper[0] / paper[1], 2),
+            "ratio",
+        )
+        result.add(
+            f"{n} nodes: escher vs native, %",
+            round(100 * (ours / native - 1), 2),
+            round(100 * (paper[2] / paper[1] - 1), 2),
+            "paper: within 1.9%",
+        )
         g = runs[(n, "generic")]
         share = g["fetch_s"] / (g["fetch_s"] + params.files * (params.map_s + params.pod_start_s))
-        result.add(f"{n} nodes: generic, task time fetching %", round(100 * share, 1),
-                   "up to 58.3", f"{g['remote']} of {params.files} maps fetched remotely")
+        result.add(
+            f"{n} nodes: generic, task time fetching %",
+            round(100 * share, 1),
+            "up to 58.3",
+            f"{g['remote']} of {params.files} maps fetched remotely",
+        )
     return result
 
 
