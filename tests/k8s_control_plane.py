@@ -328,7 +328,8 @@ class ControlPlane:
             self._etcd_peer_port,
             self._api_port,
             self._sched_port,
-        ) = _free_ports(4)
+            self._sched_insecure_port,
+        ) = _free_ports(5)
         self.server = f"https://127.0.0.1:{self._api_port}"
         self.etcd_endpoint = f"http://127.0.0.1:{self._etcd_port}"
 
@@ -486,6 +487,10 @@ class ControlPlane:
             # Retry unschedulable pods quickly once something changes.
             "podInitialBackoffSeconds": 1,
             "podMaxBackoffSeconds": 2,
+            # With --config, 1.20 ignores --port=0 and binds 0.0.0.0:10251 for healthz and
+            # metrics, so a second control plane on the machine fails; give each its own.
+            "healthzBindAddress": f"127.0.0.1:{self._sched_insecure_port}",
+            "metricsBindAddress": f"127.0.0.1:{self._sched_insecure_port}",
         }
         cfg.update(self._scheduler_config)
         cfg_path = self.workdir / "kube-scheduler.yaml"
