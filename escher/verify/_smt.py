@@ -99,6 +99,27 @@ def _item_fits_type_alone(p: Problem, it: Item, t: int) -> list[int]:
     return short
 
 
+def _class_row(
+    p: Problem, s: z3.Solver, lits: _Lits, idxs: list[int], names: list[str]
+) -> list[z3.ArithRef]:
+    """One count variable per name for a class of identical items; they sum to its size
+    (an item whose statements are dropped counts 0)."""
+    ctx = s.ctx
+    row = [z3.Int(name, ctx) for name in names]
+    for v in row:
+        s.add(v >= 0)
+    count = z3.Sum(
+        [
+            z3.If(g, p.items[i].mult, 0)
+            if (g := lits.all(sorted(p.items[i].stmts))) is not None
+            else z3.IntVal(p.items[i].mult, ctx)
+            for i in idxs
+        ]
+    )
+    s.add(z3.Sum(row) == count)
+    return row
+
+
 def relaxed(p: Problem, deadline: float, memory_mb: int | None = None) -> Outcome:
     """The per-type aggregated encoding (a relaxation: UNSAT is a proof)."""
     ctx = z3.Context()
@@ -109,19 +130,8 @@ def relaxed(p: Problem, deadline: float, memory_mb: int | None = None) -> Outcom
     x: list[list[z3.ArithRef]] = []
     for ci, idxs in enumerate(cls):
         it = p.items[idxs[0]]
-        row = [z3.Int(f"x{ci}_{t}", ctx) for t in range(nt_count)]
+        row = _class_row(p, s, lits, idxs, [f"x{ci}_{t}" for t in range(nt_count)])
         x.append(row)
-        for v in row:
-            s.add(v >= 0)
-        count = z3.Sum(
-            [
-                z3.If(g, p.items[i].mult, 0)
-                if (g := lits.all(sorted(p.items[i].stmts))) is not None
-                else z3.IntVal(p.items[i].mult, ctx)
-                for i in idxs
-            ]
-        )
-        s.add(z3.Sum(row) == count)
         for t in range(nt_count):
             nodes = p.types[t].nodes
             if it.allowed is not None and not any(n in it.allowed for n in nodes):
@@ -209,19 +219,8 @@ def exact(p: Problem, deadline: float, memory_mb: int | None = None) -> Outcome:
     y: list[list[z3.ArithRef]] = []
     for ci, idxs in enumerate(cls):
         it = p.items[idxs[0]]
-        row = [z3.Int(f"y{ci}_{n}", ctx) for n in range(nn)]
+        row = _class_row(p, s, lits, idxs, [f"y{ci}_{n}" for n in range(nn)])
         y.append(row)
-        for v in row:
-            s.add(v >= 0)
-        count = z3.Sum(
-            [
-                z3.If(g, p.items[i].mult, 0)
-                if (g := lits.all(sorted(p.items[i].stmts))) is not None
-                else z3.IntVal(p.items[i].mult, ctx)
-                for i in idxs
-            ]
-        )
-        s.add(z3.Sum(row) == count)
         for n in range(nn):
             if it.allowed is not None and n not in it.allowed:
                 _guard(s, lits.all(sorted(it.allowed_stmts)), row[n] == 0)
