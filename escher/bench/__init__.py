@@ -38,6 +38,10 @@ WORKLOADS: dict[str, tuple[str, str]] = {
         "escher.bench.workloads.gang",
         "Gang scheduling latency: native vs gang ESL vs application-level",
     ),
+    "gang-ray": (
+        "escher.bench.workloads.gang_ray",
+        "Gang latency on a real local Ray cluster (needs escher[ray]): native vs ESL vs app",
+    ),
     "fairshare": (
         "escher.bench.workloads.fairshare",
         "Hierarchical fair sharing: two organisations, users arriving over time",

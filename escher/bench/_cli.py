@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from escher.bench import WORKLOADS, Result, run
-from escher.core.errors import EscherError
+from escher.core.errors import BackendUnavailableError, EscherError
 
 
 def _console() -> Console:
@@ -80,6 +80,11 @@ def bench(name: str, quick: bool, seed: int, out: Path, no_plot: bool) -> None:
                 result.plot = None
             show(result, console)
             written = result.write(out)
+        except BackendUnavailableError as exc:
+            if name != "all":
+                raise click.ClickException(str(exc)) from None
+            console.print(f"[yellow]skipped {key}: {exc}[/yellow]\n")
+            continue
         except EscherError as exc:
             raise click.ClickException(str(exc)) from None
         console.print("[dim]wrote " + ", ".join(str(p) for p in written) + "[/dim]\n")
