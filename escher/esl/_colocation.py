@@ -7,6 +7,9 @@
   backend's clock.
 * Unknown group (`CoLocation.unknown_group`): the first member launched creates the group's
   resource on the node where it lands; the others request it and follow.
+
+Once every member of a group of known size has finished, the group's resource is deleted, so
+the labels alive at any time follow the groups in flight, not every group ever made.
 """
 
 from __future__ import annotations
@@ -17,11 +20,11 @@ from typing import Any
 
 from escher.backends.base import Backend
 from escher.core.cluster import ClusterState
-from escher.core.errors import ValidationError
+from escher.core.errors import EscherError, ValidationError
 from escher.core.plan import Colocated
 from escher.core.resources import MAX_CAPACITY, Resources
 from escher.core.task import TaskRef
-from escher.esl._base import ESL, Action, Constraint, PlanParts, Policy
+from escher.esl._base import ESL, Action, Constraint, PlanParts, Policy, log
 
 
 class Group(Policy):
@@ -57,6 +60,7 @@ class Group(Policy):
         self._lock = threading.Lock()
         self._leader_issued = False
         self._member_request: Resources | None = None
+        self._finished = 0  # members in a final state
         self.settled = False  # every member started: nothing promised any more
 
     @property
@@ -115,10 +119,21 @@ class Group(Policy):
     def _launched(self, ref: TaskRef) -> None:
         with self._lock:
             self.refs.append(ref)
+            first = len(self.refs) == 1
         if self.policy is not None:
             self.policy._launched(ref)
-        if self.known and self.node is None:
+        ref.add_done_callback(self._member_done)
+        if self.known and self.node is None and first:
+            # the first member arms the retry timer if the group still fits nowhere; later
+            # members find the same cluster, so they leave the retries to the timer
             self.owner._place_pending(self)
+
+    def _member_done(self, ref: TaskRef) -> None:
+        with self._lock:
+            self._finished += 1
+            complete = self.size is not None and self._finished >= self.size
+        if complete:
+            self.owner._retire(self)
 
     def pledged(self) -> Resources:
         """What members that have not started yet will take on the group's node."""
@@ -301,6 +316,21 @@ class CoLocation(ESL):
             self._retry_armed = self._retry_armed or arm
         if arm:
             self.call_later(self.retry_interval, self._retry)
+
+    def _retire(self, group: Group) -> None:
+        """Every member of `group` is done: delete its resource (no member can come)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._open.pop(group.name, None)
+            self._pending.pop(group.name, None)
+            group.settled = True
+            entry = self._ledger.pop(group.label, None)
+        for node in sorted(entry.capacities if entry is not None else ()):
+            try:
+                self.backend.set_resource(group.label, 0, node)
+            except EscherError as exc:  # its node left: the resource went with it
+                log.debug("deleting %s on %s: %s", group.label, node, exc)
 
     def _retry(self) -> None:
         with self._lock:

@@ -41,7 +41,7 @@ def test_default_backend_is_current_and_bad_backend_rejected(backend: MemoryBack
 def test_close_deletes_everything_and_is_idempotent(backend: MemoryBackend) -> None:
     lb = LoadBalance(per_node=2)
     colo = CoLocation()
-    group = colo.group("g", size=2, resources={"CPU": 1})
+    group = colo.group("g", size=3, resources={"CPU": 1})  # one member never comes
     assert escher.get([group.launch(escher.node_id) for _ in range(2)], timeout=WAIT)
     assert ephemeral_labels(backend) == {lb.unit, group.label}
     assert lb.close() == [] and colo.close() == []
@@ -53,7 +53,7 @@ def test_close_deletes_everything_and_is_idempotent(backend: MemoryBackend) -> N
 
 def test_context_manager_cleans_up_when_tasks_fail(backend: MemoryBackend) -> None:
     with CoLocation() as colo:
-        group = colo.unknown_group("u", size=3)
+        group = colo.unknown_group("u", size=4)  # the fourth member never comes
         refs = [group.launch(escher.node_id)] + [group.launch(fail) for _ in range(2)]
         assert escher.get(refs[0], timeout=WAIT)
         for ref in refs[1:]:

@@ -89,3 +89,46 @@ def test_pairs_with_load_balancing_spread_over_nodes(backend: MemoryBackend) -> 
         nodes_used = [refs[2 * i].node_id for i in range(4)]
         assert all(refs[2 * i].node_id == refs[2 * i + 1].node_id for i in range(4))
         assert sorted(nodes_used) == ["n0", "n1", "n2", "n3"]
+
+
+def _colocation_lookups(groups: int) -> int:
+    """Matcher look-ups to run `groups` groups of 4 x 1 CPU through CoLocation (virtual time)."""
+    backend = MemoryBackend(nodes={f"n{i}": {"CPU": 8} for i in range(4)}, virtual_clock=True)
+    finds = 0
+    real = backend._matcher.find
+
+    def counting(*args: object, **kwargs: object) -> str | None:
+        nonlocal finds
+        finds += 1
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    backend._matcher.find = counting  # type: ignore[method-assign]
+    with escher.init(backend), CoLocation(backend) as colo:
+        refs = []
+        for g in range(groups):
+            group = colo.group(f"g{g}", 4, {"CPU": 1})
+            refs += [group.launch(escher.node_id, duration=1.0) for _ in range(4)]
+        backend.run()
+        assert all(len({r.node_id for r in refs[i : i + 4]}) == 1 for i in range(0, len(refs), 4))
+        assert escher.get_cluster_state().nodes["n0"].ephemeral == frozenset()  # all retired
+    return finds
+
+
+def test_scheduling_work_per_task_does_not_grow_with_the_number_of_groups() -> None:
+    small, large = _colocation_lookups(50), _colocation_lookups(400)
+    # linear: 8x the groups, about 8x the look-ups (quadratic would be ~64x)
+    assert large <= 8 * small * 1.5, (small, large)
+
+
+def test_finished_group_deletes_its_resource(vbackend: MemoryBackend) -> None:
+    with CoLocation() as colo:
+        done = colo.group("done", size=2, resources={"CPU": 1})
+        partial = colo.group("partial", size=3, resources={"CPU": 1})
+        unknown = colo.unknown_group("u", size=2, resources={"CPU": 1})
+        refs = [g.launch(escher.node_id, duration=1.0) for g in (done, done, partial, unknown)]
+        refs.append(unknown.launch(escher.node_id, duration=1.0))
+        escher.get(refs)
+        labels = {label for n in vbackend.get_cluster_state().nodes.values() for label in n.total}
+        assert done.label not in labels and unknown.label not in labels
+        assert partial.label in labels  # a member may still come
+        assert done.label not in colo.ledger() and partial.label in colo.ledger()

@@ -4,11 +4,15 @@ Every resource name keeps an index of the nodes where some of it is available. A
 looks only at the nodes in the smallest index among the requested names (usually an
 ephemeral label held by a handful of nodes), so its cost follows how rare the request is,
 not how large the cluster is.
+
+The matcher also records where availability may have grown since the scheduler last looked
+(`take_changes`), so the pending queue re-examines only the requests such a change could
+unblock instead of every blocked request on every event.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 from escher.core.resources import EPSILON, PREDEFINED_RESOURCES, Resources
 
@@ -68,6 +72,12 @@ class Matcher:
         # name -> ordered set (dict) of node ids with some of `name` free
         self._free: dict[str, dict[str, None]] = {}
         self._physical_names: dict[str, int] = {}  # name -> number of nodes defining it
+        # name -> ordered set of node ids whose total of `name` is > 0
+        self._held: dict[str, dict[str, None]] = {}
+        # where availability may have grown since `take_changes()` (see PendingQueue)
+        self._changed_nodes: set[str] = set()
+        self._changed_names: set[str] = set()
+        self._membership_changed = False
 
     # --- membership ----------------------------------------------------------------------
     def add_node(self, node_id: str, physical: Resources, labels: Mapping[str, str]) -> None:
@@ -77,18 +87,22 @@ class Matcher:
         for name in physical:
             self._physical_names[name] = self._physical_names.get(name, 0) + 1
             self._free.setdefault(name, {})[node_id] = None
+            self._held.setdefault(name, {})[node_id] = None
+        self._membership_changed = True
 
     def remove_node(self, node_id: str) -> NodeRecord:
         """Drop a node and everything on it."""
         record = self.nodes.pop(node_id)
         for name in record.total:
             self._unindex(name, node_id)
+            self._unhold(name, node_id)
         for name in record.physical:
             left = self._physical_names[name] - 1
             if left:
                 self._physical_names[name] = left
             else:
                 del self._physical_names[name]
+        self._changed_nodes.add(node_id)  # tasks waiting on it look elsewhere
         return record
 
     def is_physical(self, name: str) -> bool:
@@ -102,9 +116,13 @@ class Matcher:
         if capacity > 0.0:
             record.total[label] = capacity
             record.ephemeral.add(label)
+            self._held.setdefault(label, {})[node_id] = None
+            self._changed_names.add(label)
         else:
             record.total.pop(label, None)
             record.ephemeral.discard(label)
+            self._unhold(label, node_id)
+        self._changed_nodes.add(node_id)
         self._reindex(record, label)
 
     def allocate(self, node_id: str, request: Resources) -> None:
@@ -129,6 +147,7 @@ class Matcher:
             else:
                 used.pop(name, None)
             self._reindex(record, name)
+        self._changed_nodes.add(node_id)
 
     # --- matching ------------------------------------------------------------------------
     def find(self, request: Resources, owner: object = None) -> str | None:
@@ -191,6 +210,8 @@ class Matcher:
         """Drop the node's reservation, if it still exists."""
         record = self.nodes.get(node_id)
         if record is not None:
+            if record.reserved_for is not None:
+                self._changed_nodes.add(node_id)
             record.reserved_for = record.reserved_by = None
 
     def best_node_for(self, request: Resources) -> str | None:
@@ -204,6 +225,31 @@ class Matcher:
                 best = (missing, record.id)
         return None if best is None else best[1]
 
+    def candidates(self, request: Resources) -> list[str]:
+        """Ids of the nodes whose totals could hold `request` (when nothing runs there)."""
+        pool: Iterable[str] = self.nodes
+        size = len(self.nodes)
+        for name in request:
+            held = self._held.get(name)
+            if not held:
+                return []
+            if len(held) < size:
+                pool, size = held, len(held)
+        nodes = self.nodes
+        return [nid for nid in pool if nodes[nid].could_ever_fit(request)]
+
+    def take_changes(self) -> tuple[set[str], set[str], bool]:
+        """Where availability may have grown since the last call, and reset.
+
+        Returns:
+            (nodes whose free resources grew, lost a reservation or left; ephemeral labels
+            created or resized on some node; True if a node joined).
+        """
+        changes = (self._changed_nodes, self._changed_names, self._membership_changed)
+        self._changed_nodes, self._changed_names = set(), set()
+        self._membership_changed = False
+        return changes
+
     def __iter__(self) -> Iterator[NodeRecord]:
         return iter(self.nodes.values())
 
@@ -213,6 +259,13 @@ class Matcher:
             self._free.setdefault(name, {})[record.id] = None
         else:
             self._unindex(name, record.id)
+
+    def _unhold(self, name: str, node_id: str) -> None:
+        held = self._held.get(name)
+        if held is not None:
+            held.pop(node_id, None)
+            if not held:
+                del self._held[name]
 
     def _unindex(self, name: str, node_id: str) -> None:
         index = self._free.get(name)

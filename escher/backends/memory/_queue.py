@@ -1,11 +1,11 @@
 """Pending tasks, grouped by request shape, placed oldest first with anti-starvation.
 
 Tasks with identical requests are interchangeable for placement, so each shape is a FIFO and
-a scheduling pass looks at one head per shape: its cost follows the number of distinct shapes,
-not the number of queued tasks. A head that stays blocked while `starvation_threshold` younger
-tasks are placed gets a reservation on the node closest to fitting it; other tasks then leave
-the resources it waits for on that node alone, so a large request is never starved by a stream
-of small ones.
+a scheduling pass looks at one head per shape, and only at shapes a change could unblock (see
+`PendingQueue`). A head that stays blocked while `starvation_threshold` younger tasks are
+placed on nodes that could hold it gets a reservation on the node closest to fitting it; other
+tasks then leave the resources it waits for on that node alone, so a large request is never
+starved by a stream of small ones.
 """
 
 from __future__ import annotations
@@ -34,13 +34,26 @@ class Entry:
 
 
 class PendingQueue:
-    """FIFO queues per request shape."""
+    """FIFO queues per request shape.
+
+    A shape whose head is blocked is parked: it is looked at again only when the matcher
+    reports a change that could unblock it (free resources grew on a node that could ever
+    hold it, one of its ephemeral labels was created or resized, a node joined). So a
+    scheduling pass costs the number of shapes such changes touch, not the number of
+    blocked shapes, and many small groups (one label each) stay linear.
+    """
 
     def __init__(self, starvation_threshold: int) -> None:
         self.starvation_threshold = starvation_threshold
         self._shapes: dict[Resources, deque[Entry]] = {}
+        self._live: dict[Resources, int] = {}  # shape -> queued entries not removed
         self._entries: dict[str, Entry] = {}
         self._seq = itertools.count()
+        self._active: dict[Resources, None] = {}  # shapes to look at in the next pass
+        # parked shape -> (nodes that could ever hold it, its ephemeral labels)
+        self._parked: dict[Resources, tuple[list[str], list[str]]] = {}
+        self._by_node: dict[str, dict[Resources, None]] = {}
+        self._by_name: dict[str, dict[Resources, None]] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -51,11 +64,17 @@ class PendingQueue:
     def push(self, ref: TaskRef, request: Resources, *, front: bool = False) -> Entry:
         """Queue a task; `front` puts it before its shape's other tasks (for retries)."""
         entry = Entry(ref, request, -next(self._seq) if front else next(self._seq))
-        queue = self._shapes.setdefault(request, deque())
+        queue = self._shapes.get(request)
+        if queue is None:
+            queue = self._shapes[request] = deque()
+            self._active[request] = None
+        elif front:
+            self._activate(request)  # a new head: look again (it may hold a reservation)
         if front:
             queue.appendleft(entry)
         else:
             queue.append(entry)
+        self._live[request] = self._live.get(request, 0) + 1
         self._entries[ref.id] = entry
         return entry
 
@@ -67,52 +86,114 @@ class PendingQueue:
         entry.removed = True
         if entry.reserved_node is not None:
             matcher.unreserve(entry.reserved_node)
+        shape = entry.request
+        left = self._live[shape] - 1
+        if left:
+            self._live[shape] = left
+        else:
+            self._drop(shape)
         return True
 
     def schedule(self, matcher: Matcher) -> list[tuple[Entry, str]]:
         """Place every head that fits, oldest first, allocating in `matcher`."""
         placed: list[tuple[Entry, str]] = []
-        blocked: list[Entry] = []
-        heads: list[tuple[int, int, Resources]] = []
-        tiebreak = itertools.count()
-        for shape, queue in list(self._shapes.items()):
-            head = self._head(shape, queue)
-            if head is not None:
-                heads.append((head.seq, next(tiebreak), shape))
-        heapq.heapify(heads)
-        while heads:
-            _, _, shape = heapq.heappop(heads)
-            queue = self._shapes[shape]
-            head = self._head(shape, queue)
-            if head is None:
-                continue
-            self._check_reservation(head, matcher)
-            node_id = matcher.find(shape, owner=head)
-            if node_id is None:
-                blocked.append(head)
-                continue
-            queue.popleft()
-            del self._entries[head.ref.id]
-            matcher.allocate(node_id, shape)
-            if head.reserved_node is not None:
-                matcher.unreserve(head.reserved_node)
-                head.reserved_node = None
-            placed.append((head, node_id))
-            for waiting in blocked:
-                if waiting.seq < head.seq:
-                    self._overtaken(waiting, matcher)
-            nxt = self._head(shape, queue)
-            if nxt is not None:
-                heapq.heappush(heads, (nxt.seq, next(tiebreak), shape))
-        return placed
+        while True:
+            self._wake(matcher)
+            if not self._active:
+                return placed
+            heads: list[tuple[int, int, Resources]] = []
+            tiebreak = itertools.count()
+            for shape in self._active:
+                head = self._head(shape)
+                if head is not None:
+                    heads.append((head.seq, next(tiebreak), shape))
+            self._active = {}
+            heapq.heapify(heads)
+            while heads:
+                _, _, shape = heapq.heappop(heads)
+                head = self._head(shape)
+                if head is None:
+                    continue
+                self._check_reservation(head, matcher)
+                node_id = matcher.find(shape, owner=head)
+                if node_id is None:
+                    self._park(shape, matcher)
+                    continue
+                self._shapes[shape].popleft()
+                del self._entries[head.ref.id]
+                self._live[shape] -= 1
+                matcher.allocate(node_id, shape)
+                if head.reserved_node is not None:
+                    matcher.unreserve(head.reserved_node)
+                    head.reserved_node = None
+                placed.append((head, node_id))
+                self._overtake(node_id, head.seq, matcher)
+                nxt = self._head(shape)
+                if nxt is not None:
+                    heapq.heappush(heads, (nxt.seq, next(tiebreak), shape))
 
-    def _head(self, shape: Resources, queue: deque[Entry]) -> Entry | None:
+    # --- parking ---------------------------------------------------------------------------
+    def _park(self, shape: Resources, matcher: Matcher) -> None:
+        nodes = matcher.candidates(shape)
+        names = [name for name in shape if not matcher.is_physical(name)]
+        self._parked[shape] = (nodes, names)
+        for node_id in nodes:
+            self._by_node.setdefault(node_id, {})[shape] = None
+        for name in names:
+            self._by_name.setdefault(name, {})[shape] = None
+
+    def _unpark(self, shape: Resources) -> None:
+        nodes, names = self._parked.pop(shape)
+        for keys, index in ((nodes, self._by_node), (names, self._by_name)):
+            for key in keys:
+                waiting = index.get(key)
+                if waiting is not None:
+                    waiting.pop(shape, None)
+                    if not waiting:
+                        del index[key]
+
+    def _activate(self, shape: Resources) -> None:
+        if shape in self._parked:
+            self._unpark(shape)
+        self._active[shape] = None
+
+    def _wake(self, matcher: Matcher) -> None:
+        nodes, names, everything = matcher.take_changes()
+        if everything:
+            for shape in list(self._parked):
+                self._activate(shape)
+            return
+        for node_id in nodes:
+            for shape in list(self._by_node.get(node_id, ())):
+                self._activate(shape)
+        for name in names:
+            for shape in list(self._by_name.get(name, ())):
+                self._activate(shape)
+
+    def _drop(self, shape: Resources) -> None:
+        if shape in self._parked:
+            self._unpark(shape)
+        self._active.pop(shape, None)
+        self._shapes.pop(shape, None)
+        self._live.pop(shape, None)
+
+    def _head(self, shape: Resources) -> Entry | None:
+        queue = self._shapes.get(shape)
         while queue and queue[0].removed:
             queue.popleft()
         if not queue:
-            del self._shapes[shape]
+            self._drop(shape)
             return None
         return queue[0]
+
+    # --- anti-starvation -------------------------------------------------------------------
+    def _overtake(self, node_id: str, seq: int, matcher: Matcher) -> None:
+        """A task of sequence `seq` took resources on `node_id`: older blocked heads that
+        could use that node count it as overtaking them."""
+        for shape in list(self._by_node.get(node_id, ())):
+            head = self._head(shape)
+            if head is not None and head.seq < seq:
+                self._overtaken(head, matcher)
 
     def _overtaken(self, entry: Entry, matcher: Matcher) -> None:
         entry.overtaken += 1

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import functools
+import heapq
+import itertools
 import logging
 import threading
+from collections import deque
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -52,6 +55,12 @@ class _Running:
 @dataclass
 class _PendingGang:
     refs: list[TaskRef]
+    seq: int = 0
+
+    @property
+    def shape(self) -> tuple[Resources, ...]:
+        """The members' requests: gangs of one shape fit or fail alike on one cluster."""
+        return tuple(ref.spec.resources for ref in self.refs)
 
 
 class MemoryBackend(Backend):
@@ -95,7 +104,9 @@ class MemoryBackend(Backend):
         for node_id, (resources, labels) in parsed.items():
             self._matcher.add_node(node_id, resources, labels)
         self._queue = PendingQueue(starvation_threshold)
-        self._gangs: list[_PendingGang] = []
+        # waiting gangs, FIFO per shape (a pass tries one head per shape, oldest first)
+        self._gangs: dict[tuple[Resources, ...], deque[_PendingGang]] = {}
+        self._gang_seq = itertools.count()
         self._running: dict[str, _Running] = {}
         self._virtual = bool(virtual_clock)
         self._clock: Clock = VirtualClock() if self._virtual else RealClock()
@@ -204,7 +215,8 @@ class MemoryBackend(Backend):
                 if not self._matcher.physically_feasible(ref.spec.resources)
             ]
             if not errors:
-                self._gangs.append(_PendingGang(refs))
+                gang = _PendingGang(refs, next(self._gang_seq))
+                self._gangs.setdefault(gang.shape, deque()).append(gang)
                 started = self._place_locked()
                 for ref in refs:
                     if ref.node_id is None:
@@ -234,11 +246,22 @@ class MemoryBackend(Backend):
     def _place_locked(self) -> list[_Running]:
         """Place what fits now (gangs first, then the queue); record them as running."""
         placed: list[tuple[TaskRef, str, Resources]] = []
-        for gang in list(self._gangs):
-            spots = self._fit_gang(gang.refs)
-            if spots is not None:
-                self._gangs.remove(gang)
-                placed.extend(spots)
+        # Gangs of one shape fit or fail alike, and placing only takes room: once a shape's
+        # oldest gang fails, its younger ones would too, so a pass stops that shape there.
+        heads = [(queue[0].seq, shape) for shape, queue in self._gangs.items()]
+        heapq.heapify(heads)
+        while heads:
+            _, shape = heapq.heappop(heads)
+            queue = self._gangs[shape]
+            spots = self._fit_gang(queue[0].refs)
+            if spots is None:
+                continue
+            placed.extend(spots)
+            queue.popleft()
+            if queue:
+                heapq.heappush(heads, (queue[0].seq, shape))
+            else:
+                del self._gangs[shape]
         placed.extend((e.ref, nid, e.request) for e, nid in self._queue.schedule(self._matcher))
         runs = []
         for ref, node_id, request in placed:
@@ -342,10 +365,13 @@ class MemoryBackend(Backend):
     def _cancel(self, ref: TaskRef) -> bool:
         with self._lock:
             victims = [ref] if self._queue.remove(ref, self._matcher) else []
-            for gang in list(self._gangs):
-                if ref in gang.refs:
-                    self._gangs.remove(gang)
-                    victims = list(gang.refs)
+            for shape, queue in list(self._gangs.items()):
+                for gang in list(queue):
+                    if ref in gang.refs:
+                        queue.remove(gang)
+                        victims = list(gang.refs)
+                if not queue:
+                    del self._gangs[shape]
             started = self._place_locked() if victims else []
         for victim in victims:
             victim._cancel_now()
@@ -440,7 +466,7 @@ class MemoryBackend(Backend):
             queued = [e.ref for e in self._queue]
             for ref in queued:
                 self._queue.remove(ref, self._matcher)
-            queued += [ref for gang in self._gangs for ref in gang.refs]
+            queued += [ref for queue in self._gangs.values() for g in queue for ref in g.refs]
             self._gangs.clear()
         for ref in queued:
             ref._cancel_now()
@@ -456,7 +482,8 @@ class MemoryBackend(Backend):
     def pending_count(self) -> int:
         """Tasks waiting for resources (queued tasks and gang members)."""
         with self._lock:
-            return len(self._queue) + sum(len(g.refs) for g in self._gangs)
+            gangs = sum(len(g.refs) for queue in self._gangs.values() for g in queue)
+            return len(self._queue) + gangs
 
     def running_count(self) -> int:
         """Tasks holding resources now."""
