@@ -293,31 +293,35 @@ class BinPacking(ESL):
         self.own(self.unit)
         self.pack_nodes: list[str] = []
         self._pending: list[tuple[TaskRef, Resources]] = []
+        self._pruned = 0  # length of _pending after the last pruning
 
     def constraint(self) -> Constraint:
         return Constraint(Resources({self.unit: 1}), source=self.source)
 
     def _grow_for(self, request: Resources) -> None:
         state = self.backend.get_cluster_state()
+        members = [n for n in self.pack_nodes if n in state.nodes]
+        joined = set(members)
+        others = [n for n in sorted(state.nodes) if n not in joined]
+        grow = next((n for n in others if request.fits_in(state.nodes[n].available)), None)
+        if grow is None:
+            # nothing can join now; if no member can ever fit it, add one that could
+            if not any(request.fits_in(state.nodes[n].total) for n in members):
+                grow = next((n for n in others if request.fits_in(state.nodes[n].total)), None)
+        elif any((request + self._promised()).fits_in(state.nodes[n].available) for n in members):
+            grow = None  # a member has room for it and for the tasks still waiting
+        if grow is not None:
+            self.pack_nodes.append(grow)
+            self.set_resource(self.unit, MAX_CAPACITY, grow)
+
+    def _promised(self) -> Resources:
+        """What this ESL's launched tasks that have not started yet will take."""
         self._pending = [(r, q) for r, q in self._pending if not r.started() and not r.done()]
+        self._pruned = len(self._pending)
         promised = Resources()
         for _, q in self._pending:
             promised = promised + q
-        members = [n for n in self.pack_nodes if n in state.nodes]
-        for nid in members:
-            if (request + promised).fits_in(state.nodes[nid].available):
-                return
-        for nid in sorted(state.nodes):
-            if nid not in members and request.fits_in(state.nodes[nid].available):
-                self.pack_nodes.append(nid)
-                self.set_resource(self.unit, MAX_CAPACITY, nid)
-                return
-        if not any(request.fits_in(state.nodes[n].total) for n in members):
-            for nid in sorted(state.nodes):  # nothing fits now: add one that could ever fit
-                if nid not in members and request.fits_in(state.nodes[nid].total):
-                    self.pack_nodes.append(nid)
-                    self.set_resource(self.unit, MAX_CAPACITY, nid)
-                    return
+        return promised
 
     def launch(
         self,
@@ -335,11 +339,38 @@ class BinPacking(ESL):
             ref = super().launch(fn, *args, resources=request, name=name, **kwargs)
             if not ref.started():
                 self._pending.append((ref, request))
+                if len(self._pending) > 2 * self._pruned + 64:  # keep the list amortised
+                    self._promised()
         return ref
 
+    def pack_plan(self, count: int, resources: Mapping[str, float] | None = None) -> list[str]:
+        """The pack nodes `count` more tasks requesting `resources` would use, on the cluster
+        as it is now: the current set, then the nodes the ESL would add (first by id that has
+        room), filled in order. Tasks that fit nowhere add no node (the plan is then
+        infeasible, as launching them would leave them waiting)."""
+        request = Resources.of(resources)
+        state = self.backend.get_cluster_state()
+        members = [n for n in self.pack_nodes if n in state.nodes]
+        others = [n for n in sorted(state.nodes) if n not in set(members)]
+        used: list[str] = []
+        left = count
+        for nid in [*members, *others]:
+            if left <= 0:
+                break
+            free, taken = state.nodes[nid].available, 0
+            while taken < left and request.fits_in(free):
+                free, taken = free - request, taken + 1
+                if not request:
+                    taken = left
+            if taken or nid in members:
+                used.append(nid)
+            left -= taken
+        return used
+
     def plan_parts(self, count: int, resources: Resources) -> PlanParts:
+        """The pack resource on the current pack nodes and on those the tasks would add."""
         source = self.source
-        nodes = tuple(self.pack_nodes)
+        nodes = tuple(self.pack_plan(count, resources))
         parts = PlanParts(
             [(self.unit, MAX_CAPACITY, n, source) for n in nodes],
             Resources({self.unit: 1}),
