@@ -56,6 +56,15 @@ def set_here_and_report(label: str) -> tuple[str, float]:
     return node, escher.get_cluster_state().node(node).total[label]
 
 
+def set_on(label: str, capacity: float, node: str) -> str:
+    escher.set_resource(label, capacity, node)  # no read after it: nothing else sends it
+    return node
+
+
+def total_on(label: str, node: str) -> float:
+    return float(escher.get_cluster_state().node(node).total.get(label, 0.0))
+
+
 @pytest.fixture(params=["resize", "ledger"])
 def backend(request: Any, ray_cluster: Any) -> Iterator[Any]:
     instance = make_backend(ray_cluster, mode=request.param)
@@ -146,6 +155,26 @@ def test_node_id_and_set_resource_inside_a_task(backend: Any) -> None:
     finally:
         for n in workers(backend):
             backend.set_resource(label, 0, n)
+
+
+def test_writes_are_seen_across_processes_as_soon_as_causality_allows(backend: Any) -> None:
+    """A write inside a task is in the driver's view when the task's result is back, and a
+    driver's write is in a task's view when the task starts (Ray's own view lags ~100 ms;
+    resize mode sends writes to the control actor in batches, and must flush at these
+    points)."""
+    nodes = workers(backend)
+    labels = [fresh() for _ in range(6)]
+    try:
+        for i, label in enumerate(labels):
+            node = nodes[i % len(nodes)]
+            task = backend.launch(TaskSpec(set_on, (label, 2 + i, node)))
+            assert task.result(WAIT) == node
+            assert backend.get_cluster_state().node(node).total.get(label) == 2 + i
+            backend.set_resource(label, 1, node)
+            assert backend.launch(TaskSpec(total_on, (label, node))).result(WAIT) == 1
+    finally:
+        for i, label in enumerate(labels):
+            backend.set_resource(label, 0, nodes[i % len(nodes)])
 
 
 def test_unknown_node_changes_nothing(backend: Any) -> None:

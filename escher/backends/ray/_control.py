@@ -28,7 +28,8 @@ class ControlActor:
         self._totals: dict[str, dict[str, float]] = {}
         self._used: dict[str, dict[str, float]] = {}
         self._version = 0
-        self._writes: dict[tuple[str, str], tuple[float, float]] = {}
+        # (node, Ray name) -> (received, total, the writer's wall-clock stamp)
+        self._writes: dict[tuple[str, str], tuple[float, float, float]] = {}
 
     # --- start gate --------------------------------------------------------------------
     async def claim(self, key: str, node: str) -> bool:
@@ -58,17 +59,39 @@ class ControlActor:
     # --- resize mode: recent writes, so every process reads its own and others' at once ---
     async def note(self, node: str, name: str, total: float) -> None:
         """Record a resource's total on a node as the resize call just replied it."""
-        self._writes[(node, name)] = (time.monotonic(), total)
+        self._keep(node, name, total, time.time())
+
+    async def notes(self, writes: Sequence[tuple[str, str, float, float]]) -> None:
+        """Record a batch of (node, Ray name, total, stamp) writes (the newest stamp wins)."""
+        for node, name, total, stamp in writes:
+            self._keep(node, name, total, stamp)
 
     async def recent(self, window: float) -> dict[str, dict[str, float]]:
         """Node -> {resource: total} written in the last `window` seconds."""
-        now = time.monotonic()
-        for key in [k for k, (t, _) in self._writes.items() if now - t > window]:
-            del self._writes[key]
         out: dict[str, dict[str, float]] = {}
-        for (node, name), (_, total) in self._writes.items():
+        for (node, name), (total, _) in self._window(window).items():
             out.setdefault(node, {})[name] = total
         return out
+
+    async def exchange(
+        self, writes: Sequence[tuple[str, str, float, float]], window: float
+    ) -> dict[tuple[str, str], tuple[float, float]]:
+        """Record `writes` (as `notes`), then return (node, name) -> (total, stamp) of every
+        write of the last `window` seconds: one call for a reader that also has writes."""
+        for node, name, total, stamp in writes:
+            self._keep(node, name, total, stamp)
+        return self._window(window)
+
+    def _keep(self, node: str, name: str, total: float, stamp: float) -> None:
+        old = self._writes.get((node, name))
+        if old is None or stamp >= old[2]:
+            self._writes[(node, name)] = (time.monotonic(), total, stamp)
+
+    def _window(self, window: float) -> dict[tuple[str, str], tuple[float, float]]:
+        now = time.monotonic()
+        for key in [k for k, (t, _, _) in self._writes.items() if now - t > window]:
+            del self._writes[key]
+        return {key: (total, stamp) for key, (_, total, stamp) in self._writes.items()}
 
     # --- ledger ------------------------------------------------------------------------
     async def set(self, node: str, label: str, capacity: float) -> float:

@@ -3,13 +3,19 @@
 Uses the GCS call Ray's autoscaler uses for in-place resize
 (`GcsClient.resize_raylet_resource_instances`). Its reply is the node's new totals, so a
 write is known at once; the GCS view used by readers catches up about 100 ms later, so
-recent replies are overlaid on reads (read-your-writes). Ray silently keeps a capacity that
-is still in use when asked to shrink below it; such writes are remembered and re-applied
-(by a small reconciler thread) until the node reports the asked capacity.
+recent replies are overlaid on reads (read-your-writes). Other processes learn a write
+through the control actor: writes are buffered and sent in batches by a flusher thread
+(off the caller's path), and flushed synchronously wherever causality leaves this process
+(before it submits a task, before a task body's result is returned, on a read of the shared
+view, at close), so a reader that could know of a write also sees it; where two writes of
+the same resource meet, the one stamped later wins. Ray silently keeps a capacity that is
+still in use when asked to shrink below it; such writes are remembered and re-applied (by a
+small reconciler thread) until the node reports the asked capacity.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -24,6 +30,8 @@ TESTED_RAY_VERSIONS = frozenset({"2.60.0"})
 #: Ray stores quantities as int64 ten-thousandths (about 9.2e14 at most); larger capacities
 #: (escher.MAX_CAPACITY means "unbounded") are stored as this and read back as MAX_CAPACITY.
 RAY_MAX_CAPACITY = 1e14
+#: Seconds the flusher waits after a write, to send the writes of a burst in one call.
+FLUSH_DELAY = 0.01
 
 
 def resize_call() -> Callable[[str, dict[str, float]], dict[str, float]] | None:
@@ -45,6 +53,7 @@ class ResizeStore:
         *,
         overlay_seconds: float = 1.0,
         share_writes: bool = True,
+        timeout: float = 60.0,
     ) -> None:
         call = resize_call()
         if call is None:
@@ -53,9 +62,15 @@ class ResizeStore:
         self._prefix = prefix
         self._control = control
         self._share = share_writes
+        self._timeout = timeout
         self._overlay_seconds = overlay_seconds
         self._lock = threading.Lock()
-        self._overlay: dict[tuple[str, str], tuple[float, float]] = {}
+        # (node, Ray name) -> (monotonic time, total, wall-clock stamp) of this process's writes
+        self._overlay: dict[tuple[str, str], tuple[float, float, float]] = {}
+        self._outbox: dict[tuple[str, str], tuple[float, float]] = {}  # not sent yet
+        self._flush_lock = threading.Lock()  # one send at a time, in order
+        self._flush_wake = threading.Event()
+        self._flusher: threading.Thread | None = None
         self._pending: dict[tuple[str, str], float] = {}  # (node, ray name) -> wanted
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -85,34 +100,94 @@ class ResizeStore:
         return actual
 
     def _remember(self, node: str, name: str, total: float) -> None:
-        self._overlay[(node, name)] = (time.monotonic(), total)
-        # Shared through the control actor, in the caller's path: the call is queued before
-        # set_resource returns, so a read that starts later (in any process) sees it.
-        if self._share:
-            self._control().note.remote(node, name, total)
+        stamp = time.time()
+        self._overlay[(node, name)] = (time.monotonic(), total, stamp)
+        if self._share:  # sent by the flusher, or by a synchronous flush, whichever is first
+            self._outbox[(node, name)] = (total, stamp)
+            self._ensure_flusher()
+
+    # --- sharing writes ----------------------------------------------------------------
+    def _take_outbox(self) -> list[tuple[str, str, float, float]]:
+        with self._lock:
+            out, self._outbox = self._outbox, {}
+        return [(node, name, total, stamp) for (node, name), (total, stamp) in out.items()]
+
+    def flush(self, timeout: float) -> None:
+        """Make every write of this process so far visible to readers in any process.
+
+        Returns at once when nothing is unsent and no send is in flight. Raises what the
+        control actor call raised (e.g. TimeoutError); the writes are then sent again later.
+        """
+        if not self._share or (not self._outbox and not self._flush_lock.locked()):
+            return
+        with self._flush_lock:  # waits for a send in flight, which may hold older writes
+            self._send(self._take_outbox(), timeout)
+
+    def _send(self, writes: list[tuple[str, str, float, float]], timeout: float) -> None:
+        if not writes:
+            return
+        try:
+            wait_for(self._control().notes.remote(writes), timeout)
+        except Exception:
+            with self._lock:  # keep them, unless a newer write of the same key came
+                for node, name, total, stamp in writes:
+                    self._outbox.setdefault((node, name), (total, stamp))
+            raise
+
+    def _ensure_flusher(self) -> None:  # called with self._lock held
+        self._flush_wake.set()
+        if self._flusher is None or not self._flusher.is_alive():
+            self._flusher = threading.Thread(
+                target=self._flush_loop, name="escher-ray-flush", daemon=True
+            )
+            self._flusher.start()
+
+    def _flush_loop(self) -> None:
+        while not self._closed and ray_up():
+            if not self._flush_wake.wait(1.0):
+                with self._lock:
+                    if not self._outbox:  # idle: the next write starts a new flusher
+                        self._flusher = None
+                        return
+                continue
+            time.sleep(FLUSH_DELAY)  # let a burst of writes gather
+            self._flush_wake.clear()
+            if not self._outbox:
+                continue
+            with contextlib.suppress(Exception), self._flush_lock:
+                self._send(self._take_outbox(), self._timeout)
 
     # --- reads -------------------------------------------------------------------------
     def recent(self, timeout: float) -> dict[str, dict[str, float]]:
-        """Node -> ephemeral totals (Ray names) written by any process in the overlay window."""
+        """Node -> ephemeral totals (Ray names) written by any process in the overlay window.
 
-        try:
-            if not self._share:
-                raise LookupError("writes are not shared")
-            shared: dict[str, dict[str, float]] = wait_for(
-                self._control().recent.remote(self._overlay_seconds), timeout
-            )
-            return shared
-        except Exception:  # not shared, or the actor is unreachable: this process's writes
-            pass
+        Sends this process's unsent writes in the same call; where the shared view and this
+        process's own writes disagree, the newer write wins.
+        """
+        shared: dict[tuple[str, str], tuple[float, float]] = {}
+        if self._share:
+            writes = self._take_outbox()
+            try:
+                shared = wait_for(
+                    self._control().exchange.remote(writes, self._overlay_seconds), timeout
+                )
+            except Exception:  # the actor is unreachable: this process's writes only
+                with self._lock:
+                    for node, name, total, stamp in writes:
+                        self._outbox.setdefault((node, name), (total, stamp))
         now = time.monotonic()
-        out: dict[str, dict[str, float]] = {}
+        merged = dict(shared)
         with self._lock:
             for key in [
-                k for k, (t, _) in self._overlay.items() if now - t > self._overlay_seconds
+                k for k, (t, _, _) in self._overlay.items() if now - t > self._overlay_seconds
             ]:
                 del self._overlay[key]
-            for (node, name), (_, total) in self._overlay.items():
-                out.setdefault(node, {})[name] = total
+            for key, (_, total, stamp) in self._overlay.items():
+                if key not in merged or stamp > merged[key][1]:
+                    merged[key] = (total, stamp)
+        out: dict[str, dict[str, float]] = {}
+        for (node, name), (total, _) in merged.items():
+            out.setdefault(node, {})[name] = total
         return out
 
     # --- reconciling shrinks that Ray ignored -------------------------------------------
@@ -156,7 +231,10 @@ class ResizeStore:
                     self._thread = None
                     return
 
-    def close(self) -> None:
-        """Stop the reconciler."""
+    def close(self, timeout: float) -> None:
+        """Send the unsent writes; stop the reconciler and the flusher."""
+        with contextlib.suppress(Exception):
+            self.flush(timeout)
         self._closed = True
         self._wake.set()
+        self._flush_wake.set()

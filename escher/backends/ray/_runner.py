@@ -71,4 +71,9 @@ def run_task(
     claim = backend._control().claim.remote(key, node).future()
     if not claim.result(timeout=CLAIM_TIMEOUT):
         return CANCELLED
-    return node, fn(*args, **kwargs)
+    try:
+        value = fn(*args, **kwargs)
+    finally:
+        # Whoever gets the result (or the error) may read what the body wrote: share it now.
+        backend._flush_writes()
+    return node, value

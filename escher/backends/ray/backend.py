@@ -185,7 +185,9 @@ class RayBackend(Backend):
         self._control_handle: Any = None
         self._remote = ray.remote(run_task)
         self._resize = (
-            ResizeStore(config.prefix, self._control, share_writes=config.share_writes)
+            ResizeStore(
+                config.prefix, self._control, share_writes=config.share_writes, timeout=timeout
+            )
             if config.mode == "resize"
             else None
         )
@@ -486,9 +488,19 @@ class RayBackend(Backend):
         entry.ref._set_status(Status(StatusCode.PENDING, f"granted units on {node}"))
         self._submit(key, entry, options)
 
+    def _flush_writes(self) -> None:
+        """Resize mode: make this process's writes visible to every process now (a task
+        about to be submitted, or whose result is about to be returned, may read them).
+        Best effort: if the control actor does not answer within the timeout, the writes stay
+        queued and readers see them once sent, or once Ray's own view catches up."""
+        if self._resize is not None:
+            with contextlib.suppress(Exception):
+                self._resize.flush(self._timeout)
+
     def _submit(self, key: str, entry: _Entry, options: dict[str, Any]) -> None:
         spec = entry.spec
         fn: Any = spec.fn
+        self._flush_writes()
         try:
             object_ref = self._remote.options(name=spec.name, **options).remote(
                 self._config, key, fn, spec.args, dict(spec.kwargs)
@@ -712,7 +724,7 @@ class RayBackend(Backend):
         if self._ledger is not None:
             self._ledger.close()
         if self._resize is not None:
-            self._resize.close()
+            self._resize.close(self._timeout)
         if self._owns_ray:
             import ray
 
