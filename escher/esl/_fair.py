@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
+from fractions import Fraction
 from typing import Any
 
 from escher.backends.base import Backend
@@ -70,6 +71,62 @@ def split(total: int, weights: Mapping[str, float]) -> dict[str, int]:
     return {k: shares.get(k, 0) for k in weights}
 
 
+def allocate(
+    slots: Mapping[str, int], weights: Mapping[str, float], turn: int = 0
+) -> dict[str, dict[str, int]]:
+    """Share the whole cluster's slots by weight, then place each share on the nodes.
+
+    The cluster's total is split by weight (largest remainder), so every share is within one
+    slot of ``total * w / sum(w)`` however the nodes are sized. Each node first gives every
+    user the whole part of its own proportional cut; the slots left over on each node go to
+    the users still furthest below their cluster share, and among equals in turn, starting
+    one user further on each node (and shifted by `turn`), so no user collects every node's
+    leftover. No node gives more than its slots.
+
+    Args:
+        slots: Node -> whole slots it shares.
+        weights: User -> weight (>= 0; weight 0 gets nothing).
+        turn: Rotates who wins ties (e.g. a counter of re-splits).
+
+    Returns:
+        User -> node -> slots (every user and node present, zeros included).
+    """
+    users = list(weights)
+    result = {u: dict.fromkeys(slots, 0) for u in users}
+    positive = [u for u in users if weights[u] > 0]
+    total = sum(slots.values())
+    if not positive or total <= 0:
+        return result
+    count = len(positive)
+    rank = {u: (i - turn) % count for i, u in enumerate(positive)}
+    exact = {u: Fraction(weights[u]) for u in positive}
+    whole = sum(exact.values())
+    share = {u: total * exact[u] / whole for u in positive}
+    quota = {u: math.floor(share[u]) for u in positive}
+    left = total - sum(quota.values())
+    for u in sorted(positive, key=lambda u: (quota[u] - share[u], rank[u]))[:left]:
+        quota[u] += 1
+    need = dict(quota)  # what each user still lacks after the whole parts
+    spare: dict[str, int] = {}
+    for node, size in slots.items():
+        given = 0
+        for u in positive:
+            cut = min(math.floor(size * exact[u] / whole), need[u])
+            result[u][node] = cut
+            need[u] -= cut
+            given += cut
+        spare[node] = size - given
+    for index, (node, size) in enumerate(spare.items()):
+        for _ in range(size):
+            u = min(
+                (u for u in positive if need[u] > 0),
+                key=lambda u: (-need[u], result[u][node] > 0, (rank[u] + index) % count),
+            )
+            result[u][node] += 1
+            need[u] -= 1
+    return result
+
+
 def _weight(value: object, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
         raise ValidationError(f"{what} must be a number >= 0, got {value!r}.")
@@ -127,9 +184,10 @@ class Priority(ESL):
 class WeightedFairQueue(ESL):
     """Per-queue resources whose per-node capacities follow the queues' weights.
 
-    Each node's `slots` are split among the queues by weight (whole units, largest
-    remainder); a queue's tasks request one unit of its label, so at most that many of
-    them run on the node at once.
+    The cluster's slots (each node's `slots`, summed) are split among the queues by weight
+    (whole units, largest remainder), and each queue's share is placed on the nodes (see
+    `allocate`); a queue's tasks request one unit of its label, so at most its per-node
+    capacity of them run on a node at once.
 
     Args:
         weights: Queue name -> weight.
@@ -158,15 +216,16 @@ class WeightedFairQueue(ESL):
         self.slots = _slots(self.backend.get_cluster_state(), self.nodes, slots_per_node)
         self.weights: dict[str, float] = {}
         self.labels: dict[str, str] = {}
+        self._turn = 0  # re-splits so far: rotates who wins ties
         for queue, weight in checked.items():
             self.labels[queue] = self.label(f"q-{queue}")
             self.weights[queue] = weight
         self._apply()
 
     def _apply(self) -> None:
-        for node in self.nodes:
-            shares = split(self.slots[node], self.weights)
-            for queue, cap in shares.items():
+        self._turn += 1
+        for queue, caps in allocate(self.slots, self.weights, self._turn).items():
+            for node, cap in caps.items():
                 self.set_resource(self.labels[queue], cap, node)
 
     def shares(self) -> dict[str, dict[str, float]]:
@@ -194,12 +253,14 @@ class WeightedFairQueue(ESL):
 
 
 class FairShare(ESL):
-    """Hierarchical fair sharing: users' per-node shares follow their weights.
+    """Hierarchical fair sharing: users' cluster-wide shares follow their weights.
 
-    Each node's `slots` are split among the current users by weight; a user's tasks request
-    one unit of the user's label. `create_user` and `remove_user` re-split at once. A child
-    ESL (`child(user)`) is restricted to the nodes and units its parent grants that user, and
-    its users' tasks also request the parent user's unit, so the parent's share bounds them.
+    The cluster's slots (each node's `slots`, summed) are split among the current users by
+    weight, within one slot of exact, and each share is placed on the nodes (see
+    `allocate`); a user's tasks request one unit of the user's label. `create_user` and
+    `remove_user` re-split at once. A child ESL (`child(user)`) is restricted to the nodes
+    and units its parent grants that user, and its users' tasks also request the parent
+    user's unit, so the parent's share bounds them.
 
     Args:
         backend: The backend (default: the current one).
@@ -227,6 +288,7 @@ class FairShare(ESL):
         self.labels: dict[str, str] = {}
         self.parent = _parent
         self.children: dict[str, FairShare] = {}
+        self._turn = 0  # re-splits so far: rotates who wins ties
 
     def create_user(self, user: str, weight: float = 1.0) -> Bound:
         """Add a user (or change its weight); every user's share is re-split.
@@ -299,8 +361,9 @@ class FairShare(ESL):
         return child
 
     def _apply(self) -> None:
-        for node in self.nodes:
-            for user, cap in split(self.slots[node], self.weights).items():
+        self._turn += 1
+        for user, caps in allocate(self.slots, self.weights, self._turn).items():
+            for node, cap in caps.items():
                 self.set_resource(self.labels[user], cap, node)
         for user, child in self.children.items():
             child._rebase({n: int(c) for n, c in self.shares()[user].items()})

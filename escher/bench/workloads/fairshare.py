@@ -117,7 +117,7 @@ def simulate(variant: str, p: Params, seed: int, meter: Meter) -> dict[str, Any]
 
 
 def run(quick: bool = False, seed: int = 0) -> Result:
-    """FIFO vs hierarchical fair sharing; plus the same on 8-CPU nodes (rounding)."""
+    """FIFO vs hierarchical fair sharing; plus the same on 8-CPU nodes (whole-slot rounding)."""
     p = Params(nodes=4, backlog=5000) if quick else Params()
     result = Result(
         NAME, "Hierarchical fair sharing: shares over time follow the weights", plot=plot
@@ -145,13 +145,13 @@ def run(quick: bool = False, seed: int = 0) -> Result:
         "8-CPU nodes, t=60-: u1 share",
         round(rounded[60]["u1"], 3),
         0.4,
-        "per-node rounding: 8 slots split 2:3 -> 3:5",
+        "cluster-wide split: 80 slots 2:3 -> 32:48",
     )
     result.add(
         "8-CPU nodes, t=120-: u1 share",
         round(rounded[120]["u1"], 3),
         0.2,
-        "per-node rounding: 4 slots split 2:3 -> 2:2",
+        "cluster-wide split: org A's 40 slots 2:3 -> 16:24",
     )
     result.data = {"runs": runs, "rounded": rounded}
     return result
