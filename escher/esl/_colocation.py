@@ -272,10 +272,15 @@ class CoLocation(ESL):
                     pledged[group.node] = pledged.get(group.node, Resources()) + promise
         return pledged
 
-    def choose_node(self, need: Resources, state: ClusterState | None = None) -> str | None:
+    def choose_node(
+        self,
+        need: Resources,
+        state: ClusterState | None = None,
+        pledged: Mapping[str, Resources] | None = None,
+    ) -> str | None:
         """The first node (by id) whose available minus pledged resources cover `need`."""
         state = self.backend.get_cluster_state() if state is None else state
-        pledged = self._pledges()
+        pledged = self._pledges() if pledged is None else pledged
         for nid in sorted(state.nodes):
             node = state.nodes[nid]
             free = node.available - pledged.get(nid, Resources())
@@ -283,15 +288,24 @@ class CoLocation(ESL):
                 return nid
         return None
 
-    def _place(self, group: Group, state: ClusterState | None = None) -> bool:
+    def _place(
+        self,
+        group: Group,
+        state: ClusterState | None = None,
+        pledged: dict[str, Resources] | None = None,
+    ) -> bool:
+        """Place `group` on a node; with `pledged` (node -> promised resources as of `state`),
+        a placed group's whole need is added to it, as `state` does not show its members."""
         with self._lock:
             if self._closed or group.node is not None:
                 return group.node is not None
             assert group.size is not None
             need = group.member_request * group.size
-            node = self.choose_node(need, state)
+            node = self.choose_node(need, state, pledged)
             if node is None:
                 return False
+            if pledged is not None:
+                pledged[node] = pledged.get(node, Resources()) + need
             group.node = node
             self._pending.pop(group.name, None)
             self._open[group.name] = group
@@ -303,12 +317,14 @@ class CoLocation(ESL):
             pending = [only] if only is not None else list(self._pending.values())
         if not pending:
             return
-        state = self.backend.get_cluster_state()  # one snapshot; pledges cover new groups
+        with self._lock:  # one snapshot and the promises as of it; new groups add theirs
+            state = self.backend.get_cluster_state()
+            pledged = self._pledges()
         failed: set[Resources] = set()
         waiting = False
         for group in pending:
             need = group.member_request * (group.size or 1)
-            if need in failed or not self._place(group, state):
+            if need in failed or not self._place(group, state, pledged):
                 failed.add(need)
                 waiting = waiting or bool(group.refs)
         with self._lock:
