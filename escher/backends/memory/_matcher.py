@@ -78,6 +78,8 @@ class Matcher:
         self._changed_nodes: set[str] = set()
         self._changed_names: set[str] = set()
         self._membership_changed = False
+        # request -> candidates(request); valid until a total changes (set_capacity, nodes)
+        self._candidates: dict[Resources, list[str]] = {}
 
     # --- membership ----------------------------------------------------------------------
     def add_node(self, node_id: str, physical: Resources, labels: Mapping[str, str]) -> None:
@@ -89,6 +91,7 @@ class Matcher:
             self._free.setdefault(name, {})[node_id] = None
             self._held.setdefault(name, {})[node_id] = None
         self._membership_changed = True
+        self._candidates.clear()
 
     def remove_node(self, node_id: str) -> NodeRecord:
         """Drop a node and everything on it."""
@@ -103,6 +106,7 @@ class Matcher:
             else:
                 del self._physical_names[name]
         self._changed_nodes.add(node_id)  # tasks waiting on it look elsewhere
+        self._candidates.clear()
         return record
 
     def is_physical(self, name: str) -> bool:
@@ -123,6 +127,7 @@ class Matcher:
             record.ephemeral.discard(label)
             self._unhold(label, node_id)
         self._changed_nodes.add(node_id)
+        self._candidates.clear()
         self._reindex(record, label)
 
     def allocate(self, node_id: str, request: Resources) -> None:
@@ -227,6 +232,12 @@ class Matcher:
 
     def candidates(self, request: Resources) -> list[str]:
         """Ids of the nodes whose totals could hold `request` (when nothing runs there)."""
+        known = self._candidates.get(request)
+        if known is None:
+            known = self._candidates[request] = self._find_candidates(request)
+        return known
+
+    def _find_candidates(self, request: Resources) -> list[str]:
         pool: Iterable[str] = self.nodes
         size = len(self.nodes)
         for name in request:
