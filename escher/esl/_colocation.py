@@ -14,6 +14,7 @@ the labels alive at any time follow the groups in flight, not every group ever m
 
 from __future__ import annotations
 
+import heapq
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -60,6 +61,8 @@ class Group(Policy):
         self._lock = threading.Lock()
         self._leader_issued = False
         self._member_request: Resources | None = None
+        self._need: Resources | None = None
+        self.seq = 0  # creation order in its ESL
         self._finished = 0  # members in a final state
         self.settled = False  # every member started: nothing promised any more
 
@@ -75,6 +78,13 @@ class Group(Policy):
             extra = self.policy.constraint().resources if self.policy else Resources()
             self._member_request = self.resources + extra
         return self._member_request
+
+    @property
+    def need(self) -> Resources:
+        """What the whole group takes on its node (`size` member requests)."""
+        if self._need is None:
+            self._need = self.member_request * (self.size or 1)
+        return self._need
 
     def _extra(self) -> Constraint:
         return self.policy.constraint() if self.policy is not None else Constraint()
@@ -126,6 +136,7 @@ class Group(Policy):
         if self.known and self.node is None and first:
             # the first member arms the retry timer if the group still fits nowhere; later
             # members find the same cluster, so they leave the retries to the timer
+            self.owner._mark_waiting(self)
             self.owner._place_pending(self)
 
     def _member_done(self, ref: TaskRef) -> None:
@@ -192,6 +203,10 @@ class CoLocation(ESL):
         self.groups: dict[str, Group] = {}
         self._open: dict[str, Group] = {}  # placed known groups still holding a promise
         self._pending: dict[str, Group] = {}  # known groups without a node yet
+        # the same, by what they need, each in creation order (groups of one need fit or
+        # fail alike on one snapshot, so a retry stops a need at its first failure)
+        self._pending_by_need: dict[Resources, dict[str, Group]] = {}
+        self._waiting: set[str] = set()  # pending groups with launched members
         self._retry_armed = False
 
     def group(
@@ -215,7 +230,9 @@ class CoLocation(ESL):
             The `Group`; launch members with ``group.launch(fn, ...)``.
         """
         group = self._new(name, size, resources, policy, known=True)
-        self._pending[name] = group
+        with self._lock:
+            self._pending[name] = group
+            self._pending_by_need.setdefault(group.need, {})[name] = group
         self._place(group)
         return group
 
@@ -256,9 +273,10 @@ class CoLocation(ESL):
         if policy is not None and policy.backend is not self.backend:
             raise ValidationError("the group's policy must use the same backend as the ESL.")
         group = Group(self, name, size, Resources.of(resources), policy, known)
-        need = group.member_request * (size or 1)
-        self.own(group.label, need=need)
-        self.groups[name] = group
+        self.own(group.label, need=group.need)
+        with self._lock:
+            group.seq = len(self.groups)
+            self.groups[name] = group
         return group
 
     def _pledges(self, exclude: Group | None = None) -> dict[str, Resources]:
@@ -300,35 +318,58 @@ class CoLocation(ESL):
             if self._closed or group.node is not None:
                 return group.node is not None
             assert group.size is not None
-            need = group.member_request * group.size
+            need = group.need
             node = self.choose_node(need, state, pledged)
             if node is None:
                 return False
             if pledged is not None:
                 pledged[node] = pledged.get(node, Resources()) + need
             group.node = node
-            self._pending.pop(group.name, None)
+            self._unpend(group)
             self._open[group.name] = group
             self.set_resource(group.label, group.size, node, need=need)
             return True
 
+    def _unpend(self, group: Group) -> None:
+        self._pending.pop(group.name, None)
+        self._waiting.discard(group.name)
+        same = self._pending_by_need.get(group.need)
+        if same is not None:
+            same.pop(group.name, None)
+            if not same:
+                del self._pending_by_need[group.need]
+
+    def _mark_waiting(self, group: Group) -> None:
+        with self._lock:
+            if group.name in self._pending:
+                self._waiting.add(group.name)
+
     def _place_pending(self, only: Group | None = None) -> None:
+        """Try to place `only`, or every pending group (oldest first; a need whose oldest
+        group fits nowhere is not tried again in this round). Arms the retry timer while
+        groups with launched members wait."""
         with self._lock:
-            pending = [only] if only is not None else list(self._pending.values())
-        if not pending:
-            return
-        with self._lock:  # one snapshot and the promises as of it; new groups add theirs
-            state = self.backend.get_cluster_state()
-            pledged = self._pledges()
-        failed: set[Resources] = set()
-        waiting = False
-        for group in pending:
-            need = group.member_request * (group.size or 1)
-            if need in failed or not self._place(group, state, pledged):
-                failed.add(need)
-                waiting = waiting or bool(group.refs)
-        with self._lock:
-            arm = waiting and not self._retry_armed and not self._closed
+            if only is not None or self._pending:
+                # one snapshot and the promises as of it; groups placed now add theirs
+                state = self.backend.get_cluster_state()
+                pledged = self._pledges()
+                if only is not None:
+                    self._place(only, state, pledged)
+                else:
+                    heads = [
+                        (next(iter(same.values())).seq, need)
+                        for need, same in self._pending_by_need.items()
+                    ]
+                    heapq.heapify(heads)
+                    while heads:
+                        _, need = heapq.heappop(heads)
+                        same = self._pending_by_need.get(need)
+                        if not same or not self._place(next(iter(same.values())), state, pledged):
+                            continue
+                        same = self._pending_by_need.get(need)
+                        if same:
+                            heapq.heappush(heads, (next(iter(same.values())).seq, need))
+            arm = bool(self._waiting) and not self._retry_armed and not self._closed
             self._retry_armed = self._retry_armed or arm
         if arm:
             self.call_later(self.retry_interval, self._retry)
@@ -339,7 +380,7 @@ class CoLocation(ESL):
             if self._closed:
                 return
             self._open.pop(group.name, None)
-            self._pending.pop(group.name, None)
+            self._unpend(group)
             group.settled = True
             entry = self._ledger.pop(group.label, None)
         for node in sorted(entry.capacities if entry is not None else ()):

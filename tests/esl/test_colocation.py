@@ -132,3 +132,16 @@ def test_finished_group_deletes_its_resource(vbackend: MemoryBackend) -> None:
         assert done.label not in labels and unknown.label not in labels
         assert partial.label in labels  # a member may still come
         assert done.label not in colo.ledger() and partial.label in colo.ledger()
+
+
+def test_cancelled_waiting_group_stops_the_retries(vbackend: MemoryBackend) -> None:
+    with CoLocation(retry_interval=0.5) as colo:
+        group = colo.group("huge", size=2, resources={"CPU": 3})  # 6 CPUs: no node has them
+        refs = [group.launch(escher.node_id, duration=1.0) for _ in range(2)]
+        vbackend.run(until=2.0)
+        assert group.node is None and vbackend.clock.pending()  # retrying
+        for ref in refs:
+            ref.cancel()
+        vbackend.run(until=10.0)
+        assert not vbackend.clock.pending()  # nothing left to place: no timer re-armed
+        assert group.label not in colo.ledger()
