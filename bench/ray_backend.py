@@ -7,7 +7,8 @@
 3. Throughput of tasks requesting an ephemeral resource vs plain tasks, both through escher,
    plus raw Ray tasks for reference. Target: within 1.2x.
 
-Usage: python bench/ray_backend.py [--quick]
+Usage: python bench/ray_backend.py [--quick]   (from the repository root: the driver imports
+escher from this checkout, and Ray's workers from the driver's working directory)
 """
 
 from __future__ import annotations
@@ -15,8 +16,12 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout, not an install
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")

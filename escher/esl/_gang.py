@@ -62,11 +62,18 @@ class Member:
         )
 
 
+#: Longest pause between a ghost's checks of its hold (see `hold_resources`).
+HOLD_POLL = 0.1
+
+
 def hold_resources(label: str, alive: str, poll: float, max_hold: float) -> str:
     """Ghost task body: create `label` here and hold this task's resources while it exists.
 
     Returns when `label` or the attempt's `alive` label is gone from this node (rollback or
     the member finished), or after `max_hold` seconds, and deletes `label` on the way out.
+    Checks every `poll` seconds at first, then less often (up to `HOLD_POLL` seconds): each
+    check reads the cluster state, and a gang's ghosts polling fast together load the
+    backend for as long as they hold.
     """
     import escher
 
@@ -75,12 +82,14 @@ def hold_resources(label: str, alive: str, poll: float, max_hold: float) -> str:
     backend.set_resource(label, 1, node)
     clock = backend.clock
     deadline = clock.now() + max_hold
+    wait = poll
     try:
         while clock.now() < deadline:
             here = backend.get_cluster_state().nodes.get(node)
             if here is None or label not in here.total or alive not in here.total:
                 break
-            clock.sleep(poll)
+            clock.sleep(wait)
+            wait = min(wait * 1.5, max(poll, HOLD_POLL))
     finally:
         with contextlib.suppress(EscherError):  # the node may have left
             backend.set_resource(label, 0, node)
@@ -254,12 +263,27 @@ class Gang(ESL):
         ]
         deadline = self.backend.clock.now() + self.timeout
         attempt = _Attempt(run, alive, labels, ghosts, deadline)
-        self.call_later(self.poll, lambda: self._check(attempt))
+        waiter = self._waiter()
+        self.call_later(0.0 if waiter else self.poll, lambda: self._check(attempt))
+
+    def _waiter(self) -> Callable[[Sequence[str], float], bool] | None:
+        """The backend's cheap wait for freshly created labels, if it has one (Ray)."""
+        if not getattr(self.backend, "waits_for_labels", False):
+            return None
+        waiter = getattr(self.backend, "wait_for_labels", None)
+        return waiter if callable(waiter) else None
 
     def _check(self, attempt: _Attempt) -> None:
         if self._closed:
             attempt.run._set("closed", error="the Gang ESL was closed")
             return
+        waiter = self._waiter()
+        ready = False
+        if waiter is not None:  # returns as soon as the ghosts created their labels
+            ready = waiter(
+                attempt.labels,
+                min(self.poll, max(0.0, attempt.deadline - self.backend.clock.now())),
+            )
         state = self.backend.get_cluster_state()
         held = [bool(state.holding(label)) for label in attempt.labels]
         if all(held):
@@ -269,7 +293,9 @@ class Gang(ESL):
         ):
             self._rollback(attempt)
         else:
-            self.call_later(self.poll, lambda: self._check(attempt))
+            # A waiter that did not see the labels already waited `poll`.
+            delay = 0.0 if waiter is not None and not ready else self.poll
+            self.call_later(delay, lambda: self._check(attempt))
 
     def _commit(self, attempt: _Attempt) -> None:
         refs = []

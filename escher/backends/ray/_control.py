@@ -11,6 +11,7 @@ It serves two jobs, both atomic because the actor runs one asyncio loop:
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -81,6 +82,19 @@ class ControlActor:
         for node, name, total, stamp in writes:
             self._keep(node, name, total, stamp)
         return self._window(window)
+
+    async def written(self, names: Sequence[str], window: float, timeout: float) -> bool:
+        """Wait (at most `timeout` s) until every Ray name of `names` was written with a
+        positive total on some node in the last `window` seconds; True if so."""
+        deadline = time.monotonic() + timeout
+        wanted = set(names)
+        while True:
+            have = {name for (_, name), (total, _) in self._window(window).items() if total > 0}
+            if wanted <= have:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.002)
 
     def _keep(self, node: str, name: str, total: float, stamp: float) -> None:
         old = self._writes.get((node, name))

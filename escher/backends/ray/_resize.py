@@ -76,6 +76,11 @@ class ResizeStore:
         self._thread: threading.Thread | None = None
         self._closed = False
 
+    @property
+    def window(self) -> float:
+        """Seconds a write stays in the overlay (Ray's view has caught up by then)."""
+        return self._overlay_seconds
+
     # --- writes ------------------------------------------------------------------------
     def apply(self, node: str, label: str, capacity: float) -> float:
         """Set `label` on `node`; return the capacity Ray now reports (may differ: in use)."""
@@ -124,14 +129,12 @@ class ResizeStore:
             self._send(self._take_outbox(), timeout)
 
     def _send(self, writes: list[tuple[str, str, float, float]], timeout: float) -> None:
-        if not writes:
+        if not writes or not ray_up():
             return
         try:
             wait_for(self._control().notes.remote(writes), timeout)
         except Exception:
-            with self._lock:  # keep them, unless a newer write of the same key came
-                for node, name, total, stamp in writes:
-                    self._outbox.setdefault((node, name), (total, stamp))
+            self._requeue(writes)
             raise
 
     def _ensure_flusher(self) -> None:  # called with self._lock held
@@ -164,17 +167,28 @@ class ResizeStore:
         Sends this process's unsent writes in the same call; where the shared view and this
         process's own writes disagree, the newer write wins.
         """
-        shared: dict[tuple[str, str], tuple[float, float]] = {}
+        return self.start_recent().result(timeout)
+
+    def start_recent(self) -> _Recent:
+        """`recent`, started now and collected later (so a caller can read Ray meanwhile)."""
+        writes = self._take_outbox() if self._share else []
+        future: Any = None
         if self._share:
-            writes = self._take_outbox()
             try:
-                shared = wait_for(
-                    self._control().exchange.remote(writes, self._overlay_seconds), timeout
-                )
-            except Exception:  # the actor is unreachable: this process's writes only
-                with self._lock:
-                    for node, name, total, stamp in writes:
-                        self._outbox.setdefault((node, name), (total, stamp))
+                future = self._control().exchange.remote(writes, self._overlay_seconds).future()
+            except Exception:
+                self._requeue(writes)
+                writes = []
+        return _Recent(self, future, writes)
+
+    def _requeue(self, writes: list[tuple[str, str, float, float]]) -> None:
+        with self._lock:  # keep them, unless a newer write of the same key came
+            for node, name, total, stamp in writes:
+                self._outbox.setdefault((node, name), (total, stamp))
+
+    def _merge(
+        self, shared: dict[tuple[str, str], tuple[float, float]]
+    ) -> dict[str, dict[str, float]]:
         now = time.monotonic()
         merged = dict(shared)
         with self._lock:
@@ -232,9 +246,32 @@ class ResizeStore:
                     return
 
     def close(self, timeout: float) -> None:
-        """Send the unsent writes; stop the reconciler and the flusher."""
+        """Send the unsent writes; stop the reconciler and the flusher (and wait for them, so
+        that nothing calls Ray after the caller disconnects)."""
         with contextlib.suppress(Exception):
             self.flush(timeout)
         self._closed = True
         self._wake.set()
         self._flush_wake.set()
+        for thread in (self._flusher, self._thread):
+            if thread is not None and thread is not threading.current_thread():
+                thread.join(timeout=1.0)
+
+
+class _Recent:
+    """A `ResizeStore.recent` read in flight."""
+
+    def __init__(
+        self, store: ResizeStore, future: Any, writes: list[tuple[str, str, float, float]]
+    ) -> None:
+        self._store, self._future, self._writes = store, future, writes
+
+    def result(self, timeout: float) -> dict[str, dict[str, float]]:
+        """The merged view; this process's writes only if the control actor did not answer."""
+        shared: dict[tuple[str, str], tuple[float, float]] = {}
+        if self._future is not None:
+            try:
+                shared = self._future.result(timeout=timeout)
+            except Exception:  # unreachable or slow: this process's writes only
+                self._store._requeue(self._writes)
+        return self._store._merge(shared)

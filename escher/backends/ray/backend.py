@@ -42,6 +42,8 @@ from escher.core.task import Status, StatusCode, TaskRef, TaskSpec, task_error
 
 MODES = ("auto", "resize", "ledger")
 _SYNC_PERIOD = 0.1
+#: Seconds a read's knowledge of freshly written labels is used for placement hints.
+_HINT_SECONDS = 1.0
 
 
 @dataclass
@@ -200,6 +202,7 @@ class RayBackend(Backend):
         self._settler: threading.Thread | None = None
         self._sync_thread: threading.Thread | None = None
         self._in_task = threading.local()
+        self._fresh_labels: tuple[float, dict[str, list[str]]] = (-1e9, {})
         if driver:
             self._control()  # create it now: fail early, and not inside the first task
 
@@ -247,15 +250,19 @@ class RayBackend(Backend):
 
     # --- state -------------------------------------------------------------------------
     def get_cluster_state(self) -> ClusterState:
+        # Resize mode: ask the control actor for recent writes first, read Ray meanwhile.
+        pending = self._resize.start_recent() if self._resize is not None else None
         try:
             raw = read_raw()
         except Exception as exc:
+            if pending is not None:
+                pending.result(0.0)  # gives unsent writes back to the outbox
             raise BackendError(f"cannot read the Ray cluster state: {exc}") from exc
         labels = self._cache.labels(set(raw.total))
         if self._ledger is not None:
             ephemeral_total, ephemeral_used = self._ledger_table(set(raw.total))
         nodes: dict[str, Node] = {}
-        recent = self._resize.recent(self._timeout) if self._resize is not None else {}
+        recent = pending.result(self._timeout) if pending is not None else {}
         for node_id, totals in raw.total.items():
             physical = self._cache.physical_part(totals)
             avail_raw = raw.available.get(node_id, {})
@@ -277,7 +284,65 @@ class RayBackend(Backend):
                 alive=True,
                 ephemeral=frozenset(eph_total),
             )
+        if self._resize is not None:
+            self._note_fresh_labels(recent, nodes)
         return ClusterState(nodes=nodes, time=self._clock.now())
+
+    @property
+    def waits_for_labels(self) -> bool:
+        """True if `wait_for_labels` really waits (resize mode, writes shared)."""
+        return self._resize is not None and self._config.share_writes
+
+    def wait_for_labels(self, labels: Sequence[str], timeout: float) -> bool:
+        """Block until every label of `labels` was just created (capacity > 0) on some node
+        by any process, or `timeout` seconds passed; True if so.
+
+        A cheap readiness signal (one control-actor call that returns as soon as the writes
+        arrive, instead of polling `get_cluster_state()`): `escher.esl.Gang` waits on it
+        for its ghosts' labels, then confirms with a read. Resize mode only; in ledger mode
+        it returns False at once.
+        """
+        if self._resize is None or not self.waits_for_labels:
+            return False
+        names = [self.ray_resource_name(label) for label in labels]
+        try:
+            self._flush_writes()
+            ref = self._control().written.remote(names, self._resize.window, timeout)
+            return bool(wait_for(ref, timeout + self._timeout))
+        except Exception:
+            return False
+
+    def _note_fresh_labels(
+        self, recent: dict[str, dict[str, float]], nodes: dict[str, Node]
+    ) -> None:
+        """Remember where labels written in the overlay window are (see `_placement_hint`)."""
+        cut = len(self._prefix)
+        fresh = {name[cut:] for writes in recent.values() for name in writes}
+        where: dict[str, list[str]] = {}
+        for node_id, node in nodes.items():
+            for label in node.ephemeral & fresh:
+                where.setdefault(label, []).append(node_id)
+        self._fresh_labels = (time.monotonic(), where)
+
+    def _placement_hint(self, ephemeral: Mapping[str, float]) -> str | None:
+        """Resize mode: the one node holding every label of `ephemeral`, if they were all
+        written so recently that Ray's scheduler view may not show them yet (a gang
+        member's label, a follower of a task that marked its node).
+
+        Such a task is sent straight to that node's raylet (soft node affinity), whose view
+        of its own resources is current, instead of waiting in the local raylet until Ray's
+        resource broadcast (about 100 ms) shows the label. Soft: if the label is gone, Ray
+        schedules the task as usual."""
+        at, where = self._fresh_labels
+        if not ephemeral or time.monotonic() - at > _HINT_SECONDS:
+            return None
+        candidates: set[str] | None = None
+        for label in ephemeral:
+            nodes = set(where.get(label, ()))
+            candidates = nodes if candidates is None else candidates & nodes
+        if candidates is None or len(candidates) != 1:
+            return None
+        return next(iter(candidates))
 
     def _resize_view(
         self,
@@ -395,6 +460,11 @@ class RayBackend(Backend):
             options["resources"] = custom
         return options, ephemeral
 
+    def _ephemeral_part(self, request: Resources) -> dict[str, float]:
+        """The ephemeral labels of `request` (escher's names, not Ray's)."""
+        physical = self._physical_request(request)
+        return {k: q for k, q in request.items() if k not in physical}
+
     def _physical_request(self, request: Resources) -> Resources:
         app = self._cache.app_names()
         return Resources._trusted(
@@ -448,6 +518,12 @@ class RayBackend(Backend):
         options, ephemeral = self._split(spec.resources)
         options["max_retries"] = spec.max_retries
         options["retry_exceptions"] = spec.retry_exceptions
+        if self._resize is not None:
+            hint = self._placement_hint(self._ephemeral_part(spec.resources))
+            if hint is not None:
+                from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+                options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(hint, soft=True)
         entry = _Entry(ref=ref, spec=spec, ephemeral=ephemeral, options=options)
         with self._lock:
             self._entries[key] = entry
