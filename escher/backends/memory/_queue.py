@@ -50,9 +50,10 @@ class PendingQueue:
         self._entries: dict[str, Entry] = {}
         self._seq = itertools.count()
         self._active: dict[Resources, None] = {}  # shapes to look at in the next pass
-        # parked shape -> (nodes that could ever hold it, its ephemeral labels)
-        self._parked: dict[Resources, tuple[list[str], list[str]]] = {}
+        # parked shape -> (nodes that could ever hold it or None for many, its ephemeral labels)
+        self._parked: dict[Resources, tuple[list[str] | None, list[str]]] = {}
         self._by_node: dict[str, dict[Resources, None]] = {}
+        self._anywhere: dict[Resources, None] = {}  # parked shapes many nodes could hold
         self._by_name: dict[str, dict[Resources, None]] = {}
 
     def __len__(self) -> int:
@@ -134,17 +135,24 @@ class PendingQueue:
 
     # --- parking ---------------------------------------------------------------------------
     def _park(self, shape: Resources, matcher: Matcher) -> None:
-        nodes = matcher.candidates(shape)
+        candidates = matcher.candidates(shape)
         names = [name for name in shape if not matcher.is_physical(name)]
+        # a shape most nodes could hold (plain CPU, a label on every node) would cost a
+        # registration per node at every park; it waits for a change on any node instead
+        nodes = None if len(candidates) > max(4, len(matcher.nodes) // 4) else candidates
         self._parked[shape] = (nodes, names)
-        for node_id in nodes:
+        if nodes is None:
+            self._anywhere[shape] = None
+        for node_id in nodes or ():
             self._by_node.setdefault(node_id, {})[shape] = None
         for name in names:
             self._by_name.setdefault(name, {})[shape] = None
 
     def _unpark(self, shape: Resources) -> None:
         nodes, names = self._parked.pop(shape)
-        for keys, index in ((nodes, self._by_node), (names, self._by_name)):
+        if nodes is None:
+            del self._anywhere[shape]
+        for keys, index in ((nodes or (), self._by_node), (names, self._by_name)):
             for key in keys:
                 waiting = index.get(key)
                 if waiting is not None:
@@ -163,6 +171,9 @@ class PendingQueue:
             for shape in list(self._parked):
                 self._activate(shape)
             return
+        if nodes:
+            for shape in list(self._anywhere):
+                self._activate(shape)
         for node_id in nodes:
             for shape in list(self._by_node.get(node_id, ())):
                 self._activate(shape)
@@ -190,7 +201,7 @@ class PendingQueue:
     def _overtake(self, node_id: str, seq: int, matcher: Matcher) -> None:
         """A task of sequence `seq` took resources on `node_id`: older blocked heads that
         could use that node count it as overtaking them."""
-        for shape in list(self._by_node.get(node_id, ())):
+        for shape in [*self._by_node.get(node_id, ()), *self._anywhere]:
             head = self._head(shape)
             if head is not None and head.seq < seq:
                 self._overtaken(head, matcher)
