@@ -4,6 +4,15 @@ Every row runs the same workload (N tasks of 1 CPU, 1 simulated second each, on 
 8 CPUs, virtual clock) through one ESL; the baseline launches the same tasks with no policy
 in the same run. The gang rows use the real-time backend (ghost reservations block), with
 their own real-time baseline. Usage: python bench/esl_overhead.py [--quick]
+
+Every row's work per task is flat from 800 to 4000 tasks (cProfile call counts: none ~280,
+colocation ~690, unknown_group ~750, lb_and_colocation ~1270, bin_packing ~640, gang_native
+~290). What remains below 1.0x is per-group or per-launch work the policy needs: a known group
+takes a cluster snapshot to choose its node, creates its label and deletes it when its members
+are done, and is a request shape of its own in the queue; an unknown group's first member sets
+the label from inside its body; BinPacking reads the cluster before each launch to decide
+whether a node joins. Before issue 3 the blocked shapes, pending gangs, pending groups and
+BinPacking's promises were rescanned on every event (0.01-0.03x at 4000 tasks).
 """
 
 from __future__ import annotations
