@@ -341,7 +341,8 @@ class FairShare(ESL):
         return {u: dict(ledger.get(label, {})) for u, label in self.labels.items()}
 
     def child(self, user: str, *, name: str | None = None) -> FairShare:
-        """A FairShare ESL over what this one grants `user` (its nodes and units)."""
+        """A FairShare ESL over what this one grants `user`: the units granted on each of
+        this ESL's nodes (re-splits here re-split the child too)."""
         self._check_open()
         if user not in self.labels:
             raise ValidationError(f"no user {user!r}; create it with create_user().")
@@ -353,7 +354,8 @@ class FairShare(ESL):
         child = FairShare(
             self.backend,
             slots_per_node=granted,
-            nodes=sorted(granted),
+            # every node of the parent: a re-split may move the user's units between nodes
+            nodes=list(self.nodes),
             name=name or f"{self.name}.{user}",
             _parent=(self, user),
         )
