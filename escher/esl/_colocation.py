@@ -25,7 +25,7 @@ from escher.core.errors import EscherError, ValidationError
 from escher.core.plan import Colocated
 from escher.core.resources import MAX_CAPACITY, Resources
 from escher.core.task import TaskRef
-from escher.esl._base import ESL, Action, Constraint, PlanParts, Policy, log
+from escher.esl._base import ESL, Action, Constraint, PlanParts, Policy, _delete_all, log
 
 
 class Group(Policy):
@@ -383,7 +383,13 @@ class CoLocation(ESL):
             self._unpend(group)
             group.settled = True
             entry = self._ledger.pop(group.label, None)
-        for node in sorted(entry.capacities if entry is not None else ()):
+        if entry is None:
+            return
+        if not entry.capacities:  # a member created it out of process: look where it is
+            for problem in _delete_all(self.backend, {group.label: entry}, threading.RLock()):
+                log.debug("deleting %s: %s", group.label, problem)
+            return
+        for node in sorted(entry.capacities):
             try:
                 self.backend.set_resource(group.label, 0, node)
             except EscherError as exc:  # its node left: the resource went with it
