@@ -284,6 +284,9 @@ class Gang(ESL):
                 attempt.labels,
                 min(self.poll, max(0.0, attempt.deadline - self.backend.clock.now())),
             )
+            if ready:  # every ghost holds its part: no need to read the whole state
+                self._commit(attempt)
+                return
         state = self.backend.get_cluster_state()
         held = [bool(state.holding(label)) for label in attempt.labels]
         if all(held):
@@ -293,8 +296,7 @@ class Gang(ESL):
         ):
             self._rollback(attempt)
         else:
-            # A waiter that did not see the labels already waited `poll`.
-            delay = 0.0 if waiter is not None and not ready else self.poll
+            delay = 0.0 if waiter is not None else self.poll  # the waiter waited `poll`
             self.call_later(delay, lambda: self._check(attempt))
 
     def _commit(self, attempt: _Attempt) -> None:

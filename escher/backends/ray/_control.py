@@ -83,17 +83,22 @@ class ControlActor:
             self._keep(node, name, total, stamp)
         return self._window(window)
 
-    async def written(self, names: Sequence[str], window: float, timeout: float) -> bool:
+    async def written(
+        self, names: Sequence[str], window: float, timeout: float
+    ) -> dict[str, list[str]] | None:
         """Wait (at most `timeout` s) until every Ray name of `names` was written with a
-        positive total on some node in the last `window` seconds; True if so."""
+        positive total on some node in the last `window` seconds: name -> those nodes, or
+        None on timeout."""
         deadline = time.monotonic() + timeout
-        wanted = set(names)
         while True:
-            have = {name for (_, name), (total, _) in self._window(window).items() if total > 0}
-            if wanted <= have:
-                return True
+            where: dict[str, list[str]] = {name: [] for name in names}
+            for (node, name), (total, _) in self._window(window).items():
+                if total > 0 and name in where:
+                    where[name].append(node)
+            if all(where.values()):
+                return where
             if time.monotonic() >= deadline:
-                return False
+                return None
             await asyncio.sleep(0.002)
 
     def _keep(self, node: str, name: str, total: float, stamp: float) -> None:

@@ -31,7 +31,7 @@ TESTED_RAY_VERSIONS = frozenset({"2.60.0"})
 #: (escher.MAX_CAPACITY means "unbounded") are stored as this and read back as MAX_CAPACITY.
 RAY_MAX_CAPACITY = 1e14
 #: Seconds the flusher waits after a write, to send the writes of a burst in one call.
-FLUSH_DELAY = 0.01
+FLUSH_DELAY = 0.025
 
 
 def resize_call() -> Callable[[str, dict[str, float]], dict[str, float]] | None:

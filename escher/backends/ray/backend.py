@@ -297,20 +297,31 @@ class RayBackend(Backend):
         """Block until every label of `labels` was just created (capacity > 0) on some node
         by any process, or `timeout` seconds passed; True if so.
 
-        A cheap readiness signal (one control-actor call that returns as soon as the writes
-        arrive, instead of polling `get_cluster_state()`): `escher.esl.Gang` waits on it
-        for its ghosts' labels, then confirms with a read. Resize mode only; in ledger mode
-        it returns False at once.
+        A cheap readiness signal for labels made for the occasion (one control-actor call
+        that returns as soon as the writes arrive, instead of polling
+        `get_cluster_state()`): `escher.esl.Gang` waits on it for its ghosts' labels.
+        Tasks launched next that request one of them go straight to its node (see
+        `_placement_hint`). Resize mode only; in ledger mode it returns False at once.
         """
         if self._resize is None or not self.waits_for_labels:
             return False
-        names = [self.ray_resource_name(label) for label in labels]
+        names = {self.ray_resource_name(label): label for label in labels}
         try:
             self._flush_writes()
-            ref = self._control().written.remote(names, self._resize.window, timeout)
-            return bool(wait_for(ref, timeout + self._timeout))
+            ref = self._control().written.remote(list(names), self._resize.window, timeout)
+            where = wait_for(ref, timeout + self._timeout)
         except Exception:
             return False
+        if where is None:
+            return False
+        at, known = self._fresh_labels
+        if time.monotonic() - at > _HINT_SECONDS:
+            known = {}
+        self._fresh_labels = (
+            time.monotonic(),
+            {**known, **{names[name]: list(nodes) for name, nodes in where.items()}},
+        )
+        return True
 
     def _note_fresh_labels(
         self, recent: dict[str, dict[str, float]], nodes: dict[str, Node]
