@@ -812,6 +812,12 @@ class RayBackend(Backend):
             self._ledger.close()
         if self._resize is not None:
             self._resize.close(self._timeout)
+        # Let the background threads see `_closed` and stop, so that none of them calls
+        # Ray after the caller disconnects (Ray ends the process when that happens).
+        self._completions.put(("", None))
+        for thread in (self._sync_thread, self._settler):
+            if thread is not None and thread is not threading.current_thread():
+                thread.join(timeout=2.0)
         if self._owns_ray:
             import ray
 
