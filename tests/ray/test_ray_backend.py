@@ -177,6 +177,23 @@ def test_writes_are_seen_across_processes_as_soon_as_causality_allows(backend: A
             backend.set_resource(label, 0, nodes[i % len(nodes)])
 
 
+def test_wait_for_labels_returns_when_a_task_created_them(backend: Any) -> None:
+    node, label = workers(backend)[1], fresh()
+    try:
+        assert not backend.wait_for_labels([label], 0.2)
+        task = backend.launch(TaskSpec(set_on, (label, 1, node)))
+        if backend.mode == "ledger":  # no cheap signal there: callers poll the state
+            task.result(WAIT)
+            assert not backend.waits_for_labels and not backend.wait_for_labels([label], 0.2)
+            return
+        assert backend.waits_for_labels
+        assert backend.wait_for_labels([label], WAIT)
+        follower = backend.launch(TaskSpec(here, resources=Resources({label: 1})))
+        assert follower.result(WAIT) == node
+    finally:
+        backend.set_resource(label, 0, node)
+
+
 def test_unknown_node_changes_nothing(backend: Any) -> None:
     with pytest.raises(UnknownNodeError):
         backend.set_resource(fresh(), 1, "ab" * 28)
