@@ -25,15 +25,3 @@ def env_node() -> tuple[str, str]:
     import os
 
     return escher.node_id(), os.environ.get("NODE_NAME", "")
-
-
-def span(seconds: float) -> tuple[float, float, str]:
-    """(start, end, node) of a task that sleeps `seconds`."""
-    start = time.time()
-    time.sleep(seconds)
-    return start, time.time(), escher.node_id()
-
-
-def where() -> str:
-    """The node id the task runs on."""
-    return escher.node_id()

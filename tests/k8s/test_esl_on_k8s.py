@@ -11,8 +11,9 @@ import pytest
 import escher
 from escher.esl import AntiAffinity, CoLocation, DataLocality, LoadBalance
 from escher.testing.conformance import wait_until
-from tests.k8s import _tasks
+from tests import spans as _tasks
 from tests.k8s.conftest import POOLS
+from tests.spans import peak_per_node
 
 WAIT = 90.0
 NODES = sorted(POOLS["conformance"])
@@ -35,20 +36,6 @@ def holders(backend: Any, labels: set[str]) -> set[str]:
         for node_id, node in backend.get_cluster_state().nodes.items()
         if labels & set(node.ephemeral)
     }
-
-
-def peak_per_node(spans: list[tuple[float, float, str]]) -> int:
-    """Most tasks that ran at once on one node."""
-    peak = 0
-    for node in {s[2] for s in spans}:
-        events = sorted(
-            [(s[0], 1) for s in spans if s[2] == node] + [(s[1], -1) for s in spans if s[2] == node]
-        )
-        running = 0
-        for _, delta in events:
-            running += delta
-            peak = max(peak, running)
-    return peak
 
 
 def test_anti_affinity_one_pod_per_node_at_a_time(backend: Any) -> None:

@@ -3,7 +3,6 @@ and the ESLs clean up their ephemeral resources."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,19 +14,10 @@ import escher
 from escher.esl import AntiAffinity, DataLocality, LoadBalance
 from escher.testing.conformance import wait_until
 from tests.ray.conftest import make_backend
+from tests.spans import peak_per_node, span, where
 
 pytestmark = pytest.mark.ray
 WAIT = 60.0
-
-
-def span(seconds: float) -> tuple[float, float, str]:
-    start = time.time()
-    time.sleep(seconds)
-    return start, time.time(), escher.node_id()
-
-
-def where() -> str:
-    return escher.node_id()
 
 
 @pytest.fixture(params=["resize", "ledger"])
@@ -52,21 +42,6 @@ def escher_labels(backend: Any, prefix: str) -> set[str]:
         for label in n.ephemeral
         if label.startswith(prefix)
     }
-
-
-def peak_per_node(spans: list[tuple[float, float, str]]) -> int:
-    peak = 0
-    for node in {s[2] for s in spans}:
-        events = sorted(
-            [(s[0], 1) for s in spans if s[2] == node]
-            + [(s[1], -1) for s in spans if s[2] == node],
-            key=lambda e: (e[0], e[1]),
-        )
-        running = 0
-        for _, delta in events:
-            running += delta
-            peak = max(peak, running)
-    return peak
 
 
 def test_anti_affinity_one_task_per_node_at_a_time(backend: Any) -> None:
