@@ -20,9 +20,12 @@ else `default_runtime`; that is the policy's only knowledge: it has no oracle.
 from __future__ import annotations
 
 import heapq
+import math
+import statistics
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from statistics import NormalDist
 from typing import Any
 
 from escher.backends.base import Backend
@@ -41,9 +44,12 @@ from escher.esl.queueing import (
     _take,
 )
 
-__all__ = ["AdaptivePolicy", "Decision", "Observation", "Prediction", "simulate"]
+__all__ = ["AdaptivePolicy", "Decision", "Observation", "Prediction", "censored_mean", "simulate"]
 
 _OBJECTIVES = ("jct", "makespan")
+Shape = tuple[tuple[str, float], ...]
+_GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
+_NORMAL = NormalDist()
 
 
 @dataclass(frozen=True)
@@ -97,12 +103,15 @@ def simulate(
     tasks: Mapping[str, Sequence[QueuedTask]],
     runtime: Callable[[QueuedTask], float],
     now: float,
+    arrivals: Sequence[tuple[float, QueuedTask]] = (),
 ) -> Prediction:
     """Predict how `tasks` finish under `ordering` (a greedy, event-driven replay).
 
     Running tasks (those with a node) end after `runtime(task)` minus what they have run
     already (at least a tenth of it); queued ones start, whenever resources free up, in the
-    ordering's order, on the node that fits them most tightly.
+    ordering's order, on the node that fits them most tightly. Each of `arrivals` (time,
+    task) joins its user's queue at that time; its job counts in the prediction like the
+    others.
 
     Args:
         ordering: The candidate ordering.
@@ -119,6 +128,7 @@ def simulate(
         for r, q in caps.items():
             totals[r] = totals.get(r, 0.0) + q
     free = {n: dict(c) for n, c in capacity.items()}
+    used: Vector = {}
     alloc: dict[str, Vector] = {u: {} for u in tasks}
     ends: list[tuple[float, int, str, str, QueuedTask]] = []
     job_end: dict[str, float] = {}
@@ -132,49 +142,105 @@ def simulate(
                 ran = now - (task.started_at if task.started_at is not None else now)
                 end = now + max(estimate - ran, 0.1 * estimate)
                 _take(free[task.node], task.request)
+                _take(used, {r: -q for r, q in task.request.items()})
                 _take(alloc[user], {r: -q for r, q in task.request.items()})
                 heapq.heappush(ends, (end, counter, user, task.node, task))
                 counter += 1
             else:
                 queues[user].append(task)
+    pending = deque(sorted(arrivals, key=lambda a: (a[0], a[1].seq)))
+
+    def admit(until: float) -> None:
+        while pending and pending[0][0] <= until:
+            task = pending.popleft()[1]
+            queues.setdefault(task.user, deque()).append(task)
+            alloc.setdefault(task.user, {})
+
     nodes = sorted(capacity)
     clock = now
+    admit(clock)
     while True:
-        blocked: set[str] = set()
-        while True:
-            active = [u for u, q in queues.items() if q and u not in blocked]
-            if not active:
-                break
-            user = min(active, key=lambda u: (*ordering.key(alloc[u], totals, queues[u][0].seq), u))
-            task = queues[user][0]
-            fitting = [n for n in nodes if _fits(free[n], task.request)]
-            if not fitting:
+        # One planning round, as the live policy's `plan_quotas`: progressive filling of
+        # the pooled free capacity in the ordering's order. A chosen task that fits a node
+        # now starts there; one that fits none keeps its share of the pool reserved (its
+        # quota waits for room on a node), so the others cannot use it meanwhile.
+        pooled = {r: totals[r] - used.get(r, 0.0) for r in totals}
+        planned = {u: dict(a) for u, a in alloc.items()}
+        position = dict.fromkeys(queues, 0)
+        active = {u for u, q in queues.items() if q}
+        while active:
+            user = min(
+                active,
+                key=lambda u: (*ordering.key(planned[u], totals, queues[u][position[u]].seq), u),
+            )
+            queue = queues[user]
+            task = queue[position[user]]
+            if not _fits(pooled, task.request):
                 if ordering.strict:
                     break
-                blocked.add(user)
+                active.discard(user)
                 continue
-            node = min(fitting, key=lambda n: (sum(free[n].values()), n))
-            queues[user].popleft()
-            _take(free[node], task.request)
-            _take(alloc[user], {r: -q for r, q in task.request.items()})
-            heapq.heappush(ends, (clock + runtime(task), counter, user, node, task))
-            counter += 1
+            _take(pooled, task.request)
+            _take(planned[user], {r: -q for r, q in task.request.items()})
+            fitting = [n for n in nodes if _fits(free[n], task.request)]
+            if fitting:
+                node = min(fitting, key=lambda n: (sum(free[n].values()), n))
+                del queue[position[user]]
+                _take(free[node], task.request)
+                _take(used, {r: -q for r, q in task.request.items()})
+                _take(alloc[user], {r: -q for r, q in task.request.items()})
+                heapq.heappush(ends, (clock + runtime(task), counter, user, node, task))
+                counter += 1
+            else:
+                position[user] += 1
+            if position[user] >= len(queue):
+                active.discard(user)
+        if pending and (not ends or pending[0][0] < ends[0][0]):
+            clock = pending[0][0]
+            admit(clock)
+            continue
         if not ends:
             break
         clock, _, user, node, task = heapq.heappop(ends)
         _take(free[node], {r: -q for r, q in task.request.items()})
+        _take(used, task.request)
         _take(alloc[user], task.request)
         job_end[task.job] = max(job_end.get(task.job, clock), clock)
         while ends and ends[0][0] <= clock:
             _, _, user, node, task = heapq.heappop(ends)
             _take(free[node], {r: -q for r, q in task.request.items()})
+            _take(used, task.request)
             _take(alloc[user], task.request)
             job_end[task.job] = max(job_end.get(task.job, clock), clock)
+        admit(clock)
     left = sum(len(q) for q in queues.values())
     if left:  # could never start (too large for every node): count them as never ending
         return Prediction(ordering.name, float("inf"), float("inf"))
     mean = sum(job_end.values()) / len(job_end) if job_end else now
     return Prediction(ordering.name, mean, clock)
+
+
+def censored_mean(total: float, count: int, elapsed: Sequence[float], prior: float) -> float:
+    """Mean runtime of a class of tasks, `count` of which finished (in `total` seconds) while
+    the others are still running and have run `elapsed` seconds each so far.
+
+    A running task takes at least what it has run: the mean solves
+    ``m = (total + sum(max(e, m) for e in elapsed)) / (count + len(elapsed))`` (each running
+    task is assumed to take the mean, or what it has run already if that is longer). This
+    removes the bias of averaging finished tasks only, which early in a class's life are its
+    shortest ones. Without finished tasks the iteration starts from `prior`; without any data
+    the result is `prior`.
+    """
+    k = len(elapsed)
+    mean = total / count if count else prior
+    if k == 0:
+        return mean
+    for _ in range(60):
+        new = (total + sum(max(e, mean) for e in elapsed)) / (count + k)
+        if abs(new - mean) <= 1e-6 * max(mean, 1e-9):
+            return new
+        mean = new
+    return mean
 
 
 class AdaptivePolicy(QueueingPolicy):
@@ -189,6 +255,11 @@ class AdaptivePolicy(QueueingPolicy):
             this fraction (hysteresis against flapping on noise).
         default_runtime: Runtime guessed before any task finished.
         horizon: At most this many queued tasks per user enter a prediction.
+        lookback: Predictions assume the jobs that arrived in the last `lookback` seconds
+            arrive again, `lookback` seconds later (the recent past repeats), so an
+            ordering that serves the work in hand well but makes newcomers wait (FIFO's
+            head-of-line blocking) is charged for it. Default: 5 x `interval`; 0 predicts
+            the work in hand only.
         backend: The backend (default: the current one).
         nodes: Node ids or a selector (default: every alive node).
         name: Used in labels and explanations.
@@ -206,6 +277,7 @@ class AdaptivePolicy(QueueingPolicy):
         margin: float = 0.02,
         default_runtime: float = 1.0,
         horizon: int = 2000,
+        lookback: float | None = None,
         backend: Backend | None = None,
         nodes: Iterable[str] | NodeSpecLike | None = None,
         name: str | None = None,
@@ -227,7 +299,14 @@ class AdaptivePolicy(QueueingPolicy):
         self.margin = validate_quantity(margin, what="margin")
         self.default_runtime = validate_quantity(default_runtime, what="default_runtime")
         self.horizon = horizon
+        self.lookback = validate_quantity(
+            5 * self.interval if lookback is None else lookback, what="lookback"
+        )
+        #: Job -> (arrival time, user, request shape -> number of tasks).
+        self._job_log: dict[str, tuple[float, str, dict[Shape, int]]] = {}
         self.decisions: list[Decision] = []
+        self._guesses: dict[str, float] = {}  # job -> runtime guessed before any finished
+        self._errors: dict[str, float] = {}  # job -> log(observed mean / that guess)
         self._jobs: set[str] = set()
         self._decide_soon = False
         self._ticking = False
@@ -248,9 +327,17 @@ class AdaptivePolicy(QueueingPolicy):
             fn, *args, user=user, resources=resources, job=job, name=name, **kwargs
         )
         key = job or name or ""
+        shape: Shape = tuple(
+            sorted(
+                (r, float(q)) for r, q in (resources or {}).items() if r in self.managed and q > 0
+            )
+        )
         with self._lock:
             new = key not in self._jobs
             self._jobs.add(key)
+            if shape:
+                log = self._job_log.setdefault(key, (self.backend.clock.now(), user, {}))
+                log[2][shape] = log[2].get(shape, 0) + 1
             schedule = new and not self._decide_soon
             if schedule:
                 self._decide_soon = True
@@ -277,19 +364,81 @@ class AdaptivePolicy(QueueingPolicy):
         self.decide()
 
     def runtime_estimate(self, task: QueuedTask) -> float:
-        """The runtime the predictions assume for `task` (from finished tasks only)."""
+        """The runtime the predictions assume for `task` (from what was observed only)."""
+        return self._estimator(self.outstanding(self.horizon))(task)
+
+    def _estimator(
+        self, tasks: Mapping[str, Sequence[QueuedTask]], alias: Mapping[str, str] | None = None
+    ) -> Callable[[QueuedTask], float]:
+        """Runtime estimates from finished tasks and, as lower bounds, running ones.
+
+        Tasks of one job differ, and a job ends with its slowest task: each queued task's
+        estimate is its class mean times ``1 + cv * z``, with ``cv`` the pooled within-job
+        coefficient of variation of the finished tasks and ``z`` a standard normal quantile
+        picked by the task's sequence number (quasi-random, the same for every candidate
+        ordering).
+
+        Levels, most specific first: the task's job, its user and shape, its shape. Each
+        level's estimate is `censored_mean` of its finished runtimes and its running tasks'
+        elapsed times; a level with no data inherits the next one's. A shape never seen
+        gets the mean over the shapes seen (each shape one class, however many tasks it
+        had), else `default_runtime`. `alias` maps a replayed job to the job it copies.
+        """
+        now = self.backend.clock.now()
+        running_job: dict[str, list[float]] = {}
+        running_us: dict[tuple[str, Shape], list[float]] = {}
+        running_shape: dict[Shape, list[float]] = {}
+        for user_tasks in tasks.values():
+            for task in user_tasks:
+                if task.node is None:
+                    continue
+                started = task.started_at
+                ran = max(0.0, now - started) if started is not None else 0.0
+                running_job.setdefault(task.job, []).append(ran)
+                running_us.setdefault((task.user, task.shape), []).append(ran)
+                running_shape.setdefault(task.shape, []).append(ran)
         with self._lock:
-            count, total = self.runtimes.get((task.user, task.shape), (0, 0.0))
-            if count:
-                return total / count
-            same = [v for (_, shape), v in self.runtimes.items() if shape == task.shape]
-            if same:
-                return sum(t for _, t in same) / sum(c for c, _ in same)
-            if self.runtimes:
-                return sum(t for _, t in self.runtimes.values()) / sum(
-                    c for c, _ in self.runtimes.values()
-                )
-        return self.default_runtime
+            by_us = dict(self.runtimes)
+            by_job = dict(self.job_runtimes)
+        by_shape: dict[Shape, tuple[int, float]] = {}
+        for (_, shape), (count, total) in by_us.items():
+            c, t = by_shape.get(shape, (0, 0.0))
+            by_shape[shape] = (c + count, t + total)
+        seen = [
+            censored_mean(t, c, running_shape.get(shape, ()), self.default_runtime)
+            for shape, (c, t) in by_shape.items()
+        ]
+        fallback = sum(seen) / len(seen) if seen else self.default_runtime
+        # Pooled within-job coefficient of variation of the finished tasks' runtimes.
+        spread = weight = 0.0
+        for c, t, squares in by_job.values():
+            if c >= 2 and t > 0:
+                variance = max(0.0, (squares - t * t / c) / (c - 1))
+                spread += variance / (t / c) ** 2 * (c - 1)
+                weight += c - 1
+        cv = math.sqrt(spread / weight) if weight else 0.0
+        cache: dict[tuple[str, str, Shape], float] = {}
+
+        def estimate(task: QueuedTask) -> float:
+            job = alias.get(task.job, task.job) if alias else task.job
+            key = (job, task.user, task.shape)
+            value = cache.get(key)
+            if value is None:
+                c, t = by_shape.get(task.shape, (0, 0.0))
+                value = censored_mean(t, c, running_shape.get(task.shape, ()), fallback)
+                c, t = by_us.get((task.user, task.shape), (0, 0.0))
+                value = censored_mean(t, c, running_us.get((task.user, task.shape), ()), value)
+                c, t, _ = by_job.get(job, (0, 0.0, 0.0))
+                value = censored_mean(t, c, running_job.get(job, ()), value)
+                cache[key] = value
+            if not cv or task.node is not None:  # a running one: what it ran already tells more
+                return value
+            # A quasi-random normal quantile fixed by the task (golden-ratio sequence): the
+            # same draw for every candidate ordering, so their comparison has no noise.
+            quantile = min(max(((task.seq + 1) * _GOLDEN) % 1.0, 0.005), 0.995)
+            return value * max(0.1, 1.0 + cv * _NORMAL.inv_cdf(quantile))
+
+        return estimate
 
     def observe(self) -> Observation:
         """What the policy sees now: queue lengths, per-user demand, task granularity."""
@@ -317,15 +466,75 @@ class AdaptivePolicy(QueueingPolicy):
         """Predictions for every candidate ordering, from the outstanding work now."""
         tasks = self.outstanding(self.horizon)
         now = self.backend.clock.now()
-        cache: dict[tuple[str, tuple[tuple[str, float], ...]], float] = {}
+        arrivals = self._replayed_arrivals(now, tasks)
+        alias = {t.job: t.job[1:] for _, t in arrivals}
+        runtime = self._estimator(tasks, alias)
+        with self._lock:
+            known = {j for j, (c, _, _) in self.job_runtimes.items() if c}
+            finished = {j: t / c for j, (c, t, _) in self.job_runtimes.items() if c}
+        # How wrong were the guesses for jobs none of whose tasks had finished yet?
+        for user_tasks in tasks.values():
+            for task in user_tasks:
+                if task.job not in known and task.job not in self._guesses:
+                    # The class mean (a task with a node gets no spread), as guessed now.
+                    self._guesses[task.job] = runtime(replace(task, node="", started_at=now))
+        for job, guess in self._guesses.items():
+            if job in finished and guess > 0 and finished[job] > 0:
+                self._errors[job] = math.log(finished[job] / guess)
+        errors = list(self._errors.values())
+        if len(errors) < 3 or statistics.pstdev(errors) < 0.05:
+            return [
+                simulate(c, self.capacity, tasks, runtime, now, arrivals) for c in self.candidates
+            ]
+        # Guessed runtimes are uncertain: predict with them scaled by exp(mu - sd) and by
+        # exp(mu + sd) (mu, sd: mean and deviation of the past guesses' log errors) and
+        # score each ordering by the average, so an ordering whose outcome hinges on the
+        # guesses (FIFO behind a job never seen finishing) is not chosen on a lucky guess.
+        mu, sd = statistics.fmean(errors), statistics.pstdev(errors)
+        predictions = []
+        for c in self.candidates:
+            runs = []
+            for factor in (math.exp(mu - sd), math.exp(mu + sd)):
 
-        def runtime(task: QueuedTask) -> float:
-            key = (task.user, task.shape)
-            if key not in cache:
-                cache[key] = self.runtime_estimate(task)
-            return cache[key]
+                def scaled(task: QueuedTask, factor: float = factor) -> float:
+                    job = alias.get(task.job, task.job)
+                    return runtime(task) * (1.0 if job in known else factor)
 
-        return [simulate(c, self.capacity, tasks, runtime, now) for c in self.candidates]
+                runs.append(simulate(c, self.capacity, tasks, scaled, now, arrivals))
+            predictions.append(
+                Prediction(
+                    c.name,
+                    statistics.fmean(p.mean_completion for p in runs),
+                    statistics.fmean(p.makespan for p in runs),
+                )
+            )
+        return predictions
+
+    def _replayed_arrivals(
+        self, now: float, tasks: Mapping[str, Sequence[QueuedTask]]
+    ) -> list[tuple[float, QueuedTask]]:
+        """The jobs of the last `lookback` seconds, arriving again `lookback` seconds later.
+
+        Their tasks are copies (job ``"~" + job``, same user and request), behind every real
+        task in submission order; runtimes are estimated like the original job's.
+        """
+        if self.lookback <= 0:
+            return []
+        seq = 1 + max((t.seq for ts in tasks.values() for t in ts), default=0)
+        arrivals: list[tuple[float, QueuedTask]] = []
+        with self._lock:
+            recent = [
+                (t, job, user, shapes)
+                for job, (t, user, shapes) in self._job_log.items()
+                if now - self.lookback < t <= now
+            ]
+        for t, job, user, shapes in sorted(recent, key=lambda r: r[0]):
+            for shape, count in shapes.items():
+                for _ in range(min(count, self.horizon)):
+                    copy = QueuedTask(user, seq, dict(shape), "~" + job)
+                    arrivals.append((t + self.lookback, copy))
+                    seq += 1
+        return arrivals
 
     def _score(self, prediction: Prediction) -> tuple[float, float]:
         if self.objective == "jct":

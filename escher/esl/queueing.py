@@ -349,6 +349,8 @@ class QueueingPolicy(ESL):
         self._pending_cycle = False
         #: Per (user, shape): (count, total seconds) of finished tasks.
         self.runtimes: dict[tuple[str, tuple[tuple[str, float], ...]], tuple[int, float]] = {}
+        #: Per job: (count, total seconds, total of squared seconds) of finished tasks.
+        self.job_runtimes: dict[str, tuple[int, float, float]] = {}
         self.switches: list[tuple[float, str]] = [(self.backend.clock.now(), chosen.name)]
         self._smallest: dict[str, float] = {}
         self.submitted = 0
@@ -469,6 +471,8 @@ class QueueingPolicy(ESL):
                 count, total = self.runtimes.get(key, (0, 0.0))
                 elapsed = self.backend.clock.now() - task.started_at
                 self.runtimes[key] = (count + 1, total + elapsed)
+                count, total, squares = self.job_runtimes.get(task.job, (0, 0.0, 0.0))
+                self.job_runtimes[task.job] = (count + 1, total + elapsed, squares + elapsed**2)
             self.finished += 1
         if not self._closed:
             self._request_cycle()

@@ -10,9 +10,9 @@ import pytest
 import escher
 from escher import ValidationError
 from escher.backends.memory import MemoryBackend
-from escher.esl.adaptive import AdaptivePolicy, simulate
+from escher.esl.adaptive import AdaptivePolicy, censored_mean, simulate
 from escher.esl.deadline import DeadlineJob, Greedy, Option, PlanAhead
-from escher.esl.queueing import DRF, FIFO, QueuedTask
+from escher.esl.queueing import DRF, FIFO, FairThreads, QueuedTask, QueueingPolicy
 from escher.verify import Verdict
 
 NODES = {f"m{i}": {"CPU": 8, "memory": 16} for i in range(3)}
@@ -82,6 +82,94 @@ def test_simulate_prefers_fair_share_for_small_jobs_behind_a_big_one() -> None:
     assert fifo.makespan == drf.makespan == 40.0
 
 
+def test_simulate_charges_fifo_for_newcomers_that_arrive_later() -> None:
+    capacity = {"m0": {"CPU": 8}}
+    tasks = {"big": [QueuedTask("big", i, {"CPU": 4}, job="big") for i in range(6)]}
+    arrivals = [(1.0, QueuedTask("small", 10, {"CPU": 1}, job="small"))]
+    alone = {o.name: simulate(o, capacity, tasks, lambda t: 10.0, 0.0) for o in (FIFO, DRF)}
+    assert alone["fifo"] == alone["drf"].__class__("fifo", 30.0, 30.0)
+    assert alone["drf"].mean_completion == 30.0
+    # The newcomer arrives at t=1 while two big tasks hold all 8 CPUs. FIFO: it starts after
+    # the last big ones (t=30), ends at 40. DRF: it starts at t=10 beside one big task; big
+    # runs 1, 2, 1 tasks more and ends at 40.
+    fifo = simulate(FIFO, capacity, tasks, lambda t: 10.0, 0.0, arrivals)
+    drf = simulate(DRF, capacity, tasks, lambda t: 10.0, 0.0, arrivals)
+    assert fifo.mean_completion == pytest.approx((30 + 40) / 2)
+    assert drf.mean_completion == pytest.approx((40 + 20) / 2)
+
+
+def test_simulate_reserves_the_pool_as_the_live_policy_does() -> None:
+    """A chosen task that fits the pooled free capacity but no node keeps the others out, in
+    the live quotas and in the prediction alike (user b waits although a node has a CPU)."""
+    nodes = {"m0": {"CPU": 4}, "m1": {"CPU": 4}}
+    ends: dict[str, float] = {}
+    with escher.init(MemoryBackend(nodes=nodes, virtual_clock=True)) as backend:
+        assert isinstance(backend, MemoryBackend)
+        with QueueingPolicy("fair-threads", backend) as policy:
+
+            def submit(user: str, cpus: float, duration: float) -> None:
+                ref = policy.submit(
+                    lambda: None, user=user, job=user, resources={"CPU": cpus}, duration=duration
+                )
+                ref.add_done_callback(lambda _r: ends.setdefault(user, backend.clock.now()))
+
+            submit("x", 3, 10)
+            submit("y", 3, 10)
+            backend.run(1)
+            snapshot = policy.outstanding()
+            assert {t.node for ts in snapshot.values() for t in ts} == {"m0", "m1"}
+            submit("a", 2, 5)
+            submit("b", 1, 5)
+            backend.run(1.5)
+            outstanding = policy.outstanding()
+            backend.run()
+    durations = {"x": 10.0, "y": 10.0, "a": 5.0, "b": 5.0}
+    assert ends == {"x": 10.0, "y": 10.0, "a": 15.0, "b": 15.0}
+    predicted = simulate(FairThreads, nodes, outstanding, lambda t: durations[t.job], 1.5)
+    assert predicted.mean_completion == pytest.approx(sum(ends.values()) / 4)
+    assert predicted.makespan == 15.0
+
+
+def test_censored_mean_counts_running_tasks_as_lower_bounds() -> None:
+    assert censored_mean(10.0, 2, [], 1.0) == 5.0  # finished only: their mean
+    assert censored_mean(0.0, 0, [], 3.0) == 3.0  # nothing known: the prior
+    # One task still running after 20 s: m = (10 + max(20, m)) / 3 -> m = 10.
+    assert censored_mean(10.0, 2, [20.0], 1.0) == pytest.approx(10.0)
+    # Running tasks shorter than the mean change nothing.
+    assert censored_mean(10.0, 2, [1.0, 2.0], 1.0) == pytest.approx(5.0)
+    # Nothing finished, one task ran 8 s: at least 8 s, whatever the prior said.
+    assert censored_mean(0.0, 0, [8.0], 1.0) == pytest.approx(8.0, rel=1e-3)
+
+
+def test_adaptive_estimates_runtimes_from_running_tasks_too() -> None:
+    """Only the short tasks finished so far; the long ones already ran longer than the short
+    ones take, so the estimate for them is not the short tasks' mean."""
+    with escher.init(MemoryBackend(nodes=NODES, virtual_clock=True)) as backend:
+        assert isinstance(backend, MemoryBackend)
+        with AdaptivePolicy(backend=backend, interval=1000.0) as policy:
+            for _ in range(4):
+                policy.submit(
+                    lambda: None,
+                    user="a",
+                    job="long",
+                    duration=60,
+                    resources={"CPU": 2, "memory": 8},
+                )
+            for _ in range(20):
+                policy.submit(
+                    lambda: None,
+                    user="b",
+                    job="short",
+                    duration=1,
+                    resources={"CPU": 1, "memory": 1},
+                )
+            backend.run(30)
+            long = next(t for t in policy.outstanding()["a"])
+            assert policy.runtime_estimate(long) >= 29.0
+            backend.run()
+            assert policy.runtime_estimate(long) == pytest.approx(60.0)
+
+
 def test_adaptive_rejects_bad_settings() -> None:
     with escher.init(MemoryBackend(nodes=NODES, virtual_clock=True)) as backend:
         with pytest.raises(ValidationError):
@@ -90,6 +178,8 @@ def test_adaptive_rejects_bad_settings() -> None:
             AdaptivePolicy(backend=backend, interval=0)
         with pytest.raises(ValidationError):
             AdaptivePolicy(["sjf"], backend=backend)
+        with pytest.raises(ValidationError):
+            AdaptivePolicy(backend=backend, lookback=-1)
 
 
 def _options() -> tuple[Option, ...]:
