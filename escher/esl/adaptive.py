@@ -258,8 +258,9 @@ class AdaptivePolicy(QueueingPolicy):
         lookback: Predictions assume the jobs that arrived in the last `lookback` seconds
             arrive again, `lookback` seconds later (the recent past repeats), so an
             ordering that serves the work in hand well but makes newcomers wait (FIFO's
-            head-of-line blocking) is charged for it. Default: 5 x `interval`; 0 predicts
-            the work in hand only.
+            head-of-line blocking) is charged for it. Default: `interval`, the time the
+            chosen ordering stays active before the next periodic decision; 0 predicts the
+            work in hand only.
         backend: The backend (default: the current one).
         nodes: Node ids or a selector (default: every alive node).
         name: Used in labels and explanations.
@@ -300,7 +301,7 @@ class AdaptivePolicy(QueueingPolicy):
         self.default_runtime = validate_quantity(default_runtime, what="default_runtime")
         self.horizon = horizon
         self.lookback = validate_quantity(
-            5 * self.interval if lookback is None else lookback, what="lookback"
+            self.interval if lookback is None else lookback, what="lookback"
         )
         #: Job -> (arrival time, user, request shape -> number of tasks).
         self._job_log: dict[str, tuple[float, str, dict[Shape, int]]] = {}
