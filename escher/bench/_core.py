@@ -142,6 +142,16 @@ def pyplot() -> Any:
     return plt
 
 
+def bars_beside_paper(
+    ax: Any, ticks: Sequence[str], ours: Sequence[float], paper: Sequence[float], label: str
+) -> None:
+    """Grouped bars on `ax`: ours (labelled `label`) beside the paper's, hatched grey."""
+    xs = range(len(ticks))
+    ax.bar([x - 0.2 for x in xs], list(ours), 0.4, label=label)
+    ax.bar([x + 0.2 for x in xs], list(paper), 0.4, label="paper", hatch="//", color="lightgrey")
+    ax.set_xticks(list(xs), list(ticks))
+
+
 class Link:
     """A network interface that serves transfers one at a time (FIFO), at `bandwidth` B/s.
 

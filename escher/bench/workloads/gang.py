@@ -43,7 +43,7 @@ from typing import Any
 
 from escher import esl
 from escher.backends.memory import MemoryBackend
-from escher.bench._core import Meter, Result, median, percentile, pyplot
+from escher.bench._core import Meter, Result, bars_beside_paper, median, percentile, pyplot
 from escher.core.context import current_task
 from escher.core.resources import Resources
 from escher.core.task import TaskSpec
@@ -315,22 +315,13 @@ def plot(result: Result, path: Path) -> None:
     plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(9.5, 3.6))
     lat = result.data["latencies"]
-    xs = range(len(VARIANTS))
-    left.bar(
-        [x - 0.2 for x in xs],
+    bars_beside_paper(
+        left,
+        ["native", "gang ESL", "app-level"],
         [1000 * median(lat[v]) for v in VARIANTS],
-        0.4,
-        label="ours (simulated)",
-    )
-    left.bar(
-        [x + 0.2 for x in xs],
         [PAPER_MS[v] for v in VARIANTS],
-        0.4,
-        label="paper",
-        hatch="//",
-        color="lightgrey",
+        "ours (simulated)",
     )
-    left.set_xticks(list(xs), ["native", "gang ESL", "app-level"])
     left.set_ylabel("median latency (ms)")
     left.set_title("256-member gang, 32 nodes")
     left.legend(fontsize=8)

@@ -22,7 +22,7 @@ from typing import Any
 import escher
 from escher import esl
 from escher.backends.base import Backend
-from escher.bench._core import Result, median, percentile, pyplot
+from escher.bench._core import Result, bars_beside_paper, median, percentile, pyplot
 from escher.core.errors import BackendUnavailableError, GetTimeoutError
 
 NAME = "gang-ray"
@@ -186,17 +186,13 @@ def plot(result: Result, path: Any) -> None:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 3.4))
     lat = result.data["latencies"]
-    xs = range(len(VARIANTS))
-    ax.bar([x - 0.2 for x in xs], [1000 * median(lat[v]) for v in VARIANTS], 0.4, label="ours")
-    ax.bar(
-        [x + 0.2 for x in xs],
+    bars_beside_paper(
+        ax,
+        ["native (PG)", "gang ESL", "app-level"],
+        [1000 * median(lat[v]) for v in VARIANTS],
         [PAPER_MS[v] for v in VARIANTS],
-        0.4,
-        label="paper (32 nodes)",
-        hatch="//",
-        color="lightgrey",
+        "ours",
     )
-    ax.set_xticks(list(xs), ["native (PG)", "gang ESL", "app-level"])
     ax.set_ylabel("median latency (ms)")
     ax.set_title("4-member gang on real Ray, 4 nodes")
     ax.legend(fontsize=8)
