@@ -26,13 +26,11 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from statistics import NormalDist
-from typing import Any
 
 from escher.backends.base import Backend
 from escher.core.errors import ValidationError
 from escher.core.nodespec import NodeSpecLike
 from escher.core.resources import validate_quantity
-from escher.core.task import TaskRef
 from escher.esl.queueing import (
     ORDERINGS,
     Ordering,
@@ -313,31 +311,14 @@ class AdaptivePolicy(QueueingPolicy):
         self._ticking = False
 
     # --- watching --------------------------------------------------------------------------
-    def submit(
-        self,
-        fn: Callable[..., Any],
-        *args: Any,
-        user: str,
-        resources: Mapping[str, float] | None = None,
-        job: str | None = None,
-        name: str | None = None,
-        **kwargs: Any,
-    ) -> TaskRef:
-        """Like `QueueingPolicy.submit`; a new job triggers a decision."""
-        ref = super().submit(
-            fn, *args, user=user, resources=resources, job=job, name=name, **kwargs
-        )
-        key = job or name or ""
-        shape: Shape = tuple(
-            sorted(
-                (r, float(q)) for r, q in (resources or {}).items() if r in self.managed and q > 0
-            )
-        )
+    def _submitted(self, user: str, job: str, managed: Mapping[str, float]) -> None:
+        """A new job triggers a decision; the job's request shapes are logged."""
+        shape: Shape = tuple(sorted((r, float(q)) for r, q in managed.items()))
         with self._lock:
-            new = key not in self._jobs
-            self._jobs.add(key)
+            new = job not in self._jobs
+            self._jobs.add(job)
             if shape:
-                log = self._job_log.setdefault(key, (self.backend.clock.now(), user, {}))
+                log = self._job_log.setdefault(job, (self.backend.clock.now(), user, {}))
                 log[2][shape] = log[2].get(shape, 0) + 1
             schedule = new and not self._decide_soon
             if schedule:
@@ -348,7 +329,6 @@ class AdaptivePolicy(QueueingPolicy):
             self.call_later(0.0, self._decide_now)
         if tick:
             self.call_later(self.interval, self._tick)
-        return ref
 
     def _tick(self) -> None:
         if self.queued_count() == 0 and self.running_count() == 0:

@@ -425,11 +425,14 @@ class QueueingPolicy(ESL):
         managed = {r: request.get(r) for r in self.managed if request.get(r) > 0}
         admission = Resources.of({labels[r]: q for r, q in managed.items()})
         options = split_options(kwargs)
+        key = job or name or ""
         if not managed:  # needs no quota: runs wherever it fits
-            return self.backend.launch(
+            ref = self.backend.launch(
                 build_spec(fn, args, kwargs, Constraint(), request, name, **options)
             )
-        task = QueuedTask(user, next(self._seq), managed, job or name or "")
+            self._submitted(user, key, managed)
+            return ref
+        task = QueuedTask(user, next(self._seq), managed, key)
         body = _Started(fn, lambda: self._on_start(task))
         spec: TaskSpec = build_spec(
             body,
@@ -450,7 +453,11 @@ class QueueingPolicy(ESL):
             self.submitted += 1
         ref.add_done_callback(lambda r: self._on_done(task, r))
         self._request_cycle()
+        self._submitted(user, key, managed)
         return ref
+
+    def _submitted(self, user: str, job: str, managed: Mapping[str, float]) -> None:
+        """Hook run after each `submit`: `job` is the job key, `managed` the quota request."""
 
     def _on_start(self, task: QueuedTask) -> None:
         ref = task.ref
