@@ -58,29 +58,16 @@ class ControlActor:
         return fresh
 
     # --- resize mode: recent writes, so every process reads its own and others' at once ---
-    async def note(self, node: str, name: str, total: float) -> None:
-        """Record a resource's total on a node as the resize call just replied it."""
-        self._keep(node, name, total, time.time())
-
     async def notes(self, writes: Sequence[tuple[str, str, float, float]]) -> None:
         """Record a batch of (node, Ray name, total, stamp) writes (the newest stamp wins)."""
-        for node, name, total, stamp in writes:
-            self._keep(node, name, total, stamp)
-
-    async def recent(self, window: float) -> dict[str, dict[str, float]]:
-        """Node -> {resource: total} written in the last `window` seconds."""
-        out: dict[str, dict[str, float]] = {}
-        for (node, name), (total, _) in self._window(window).items():
-            out.setdefault(node, {})[name] = total
-        return out
+        self._keep_all(writes)
 
     async def exchange(
         self, writes: Sequence[tuple[str, str, float, float]], window: float
     ) -> dict[tuple[str, str], tuple[float, float]]:
         """Record `writes` (as `notes`), then return (node, name) -> (total, stamp) of every
         write of the last `window` seconds: one call for a reader that also has writes."""
-        for node, name, total, stamp in writes:
-            self._keep(node, name, total, stamp)
+        self._keep_all(writes)
         return self._window(window)
 
     async def written(
@@ -101,10 +88,12 @@ class ControlActor:
                 return None
             await asyncio.sleep(0.002)
 
-    def _keep(self, node: str, name: str, total: float, stamp: float) -> None:
-        old = self._writes.get((node, name))
-        if old is None or stamp >= old[2]:
-            self._writes[(node, name)] = (time.monotonic(), total, stamp)
+    def _keep_all(self, writes: Sequence[tuple[str, str, float, float]]) -> None:
+        now = time.monotonic()
+        for node, name, total, stamp in writes:
+            old = self._writes.get((node, name))
+            if old is None or stamp >= old[2]:
+                self._writes[(node, name)] = (now, total, stamp)
 
     def _window(self, window: float) -> dict[tuple[str, str], tuple[float, float]]:
         now = time.monotonic()

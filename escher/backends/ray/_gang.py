@@ -107,7 +107,7 @@ def launch_gang(backend: RayBackend, specs: list[TaskSpec]) -> list[TaskRef]:
         raise UnsupportedError("the ray backend runs Python callables, not container tasks.")
     planned = []
     for spec in specs:
-        options, ephemeral = backend._split(spec.resources)
+        options, ephemeral, _ = backend._split(spec.resources)
         if ephemeral:
             raise UnsupportedError(
                 "in ledger mode a gang member cannot request ephemeral labels "

@@ -161,16 +161,11 @@ class ResizeStore:
                 self._send(self._take_outbox(), self._timeout)
 
     # --- reads -------------------------------------------------------------------------
-    def recent(self, timeout: float) -> dict[str, dict[str, float]]:
-        """Node -> ephemeral totals (Ray names) written by any process in the overlay window.
-
-        Sends this process's unsent writes in the same call; where the shared view and this
-        process's own writes disagree, the newer write wins.
-        """
-        return self.start_recent().result(timeout)
-
     def start_recent(self) -> _Recent:
-        """`recent`, started now and collected later (so a caller can read Ray meanwhile)."""
+        """Start reading node -> ephemeral totals (Ray names) written by any process in the
+        overlay window; collect it with `.result(timeout)` (so a caller can read Ray
+        meanwhile). Sends this process's unsent writes in the same call; where the shared
+        view and this process's own writes disagree, the newer write wins."""
         writes = self._take_outbox() if self._share else []
         future: Any = None
         if self._share:

@@ -447,8 +447,12 @@ class RayBackend(Backend):
         return str(context.get_node_id())
 
     # --- requests ----------------------------------------------------------------------
-    def _split(self, request: Resources) -> tuple[dict[str, Any], dict[str, float]]:
-        """Ray task options for the node-defined part, and the ephemeral part."""
+    def _split(
+        self, request: Resources
+    ) -> tuple[dict[str, Any], dict[str, float], dict[str, float]]:
+        """Ray task options; the ephemeral units the ledger must grant (ledger mode, else
+        empty: in resize mode they are Ray resources in the options); the ephemeral labels
+        requested (escher's names, either mode)."""
         options: dict[str, Any] = {"num_cpus": request.get("CPU", 0.0)}
         if request.get("GPU"):
             options["num_gpus"] = request["GPU"]
@@ -464,17 +468,13 @@ class RayBackend(Backend):
                 custom[name] = quantity
             else:
                 ephemeral[name] = quantity
+        labels = ephemeral
         if self._resize is not None:
             custom.update({self._prefix + k: q for k, q in ephemeral.items()})
             ephemeral = {}
         if custom:
             options["resources"] = custom
-        return options, ephemeral
-
-    def _ephemeral_part(self, request: Resources) -> dict[str, float]:
-        """The ephemeral labels of `request` (escher's names, not Ray's)."""
-        physical = self._physical_request(request)
-        return {k: q for k, q in request.items() if k not in physical}
+        return options, ephemeral, labels
 
     def _physical_request(self, request: Resources) -> Resources:
         app = self._cache.app_names()
@@ -526,11 +526,11 @@ class RayBackend(Backend):
             ref._set_status(Status(StatusCode.INFEASIBLE, reason))
             ref._fail(task_error(reason, ref, UnschedulableError))
             return ref
-        options, ephemeral = self._split(spec.resources)
+        options, ephemeral, labels = self._split(spec.resources)
         options["max_retries"] = spec.max_retries
         options["retry_exceptions"] = spec.retry_exceptions
         if self._resize is not None:
-            hint = self._placement_hint(self._ephemeral_part(spec.resources))
+            hint = self._placement_hint(labels)
             if hint is not None:
                 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
