@@ -14,6 +14,7 @@ from escher.core.plan import (
     ResourceCreation,
     Separated,
     SpreadAtMost,
+    SpreadEvenly,
 )
 from escher.core.resources import MAX_CAPACITY, Resources
 from escher.core.task import Status, StatusCode, TaskRef, TaskSpec, TaskState
@@ -36,6 +37,7 @@ __all__ = [
     "Resources",
     "Separated",
     "SpreadAtMost",
+    "SpreadEvenly",
     "Status",
     "StatusCode",
     "TaskRef",

@@ -63,30 +63,66 @@ class PlannedTask:
 
 @dataclass(frozen=True)
 class Intent:
-    """Something a policy promises about placements. Subclasses say what."""
+    """Something a policy promises about placements. Subclasses say what.
+
+    Attributes:
+        tasks: Names of the plan's tasks the intent is about.
+        source: The policy call that declared it, in the user's terms.
+        weight: 0 for a requirement; above 0 for a preference of that weight, which steers
+            placement but never blocks it (a plan is feasible without its preferences).
+    """
 
     tasks: tuple[str, ...]
     source: str = ""
+    weight: float = 0.0
 
     kind = "intent"
 
+    @property
+    def preferred(self) -> bool:
+        """True for a preference (weight > 0), False for a requirement."""
+        return self.weight > 0
+
     def describe(self) -> str:
         """A one-line human description."""
-        return f"{self.kind}({', '.join(self.tasks)})"
+        return _soft(self, f"{self.kind}({', '.join(self.tasks)})")
+
+
+def _soft(intent: Intent, text: str) -> str:
+    return f"preferred (weight {intent.weight:g}): {text}" if intent.preferred else text
+
+
+def _within(key: str | None) -> str:
+    return "node" if key is None else f"{key!r} domain"
 
 
 @dataclass(frozen=True)
 class Colocated(Intent):
-    """All replicas of all named tasks run on one node."""
+    """All replicas of all named tasks run on one node, or with `topology_key` in one domain.
 
+    A domain is the set of nodes sharing one value of the node label `topology_key` (e.g.
+    ``"zone"``) or of the plan's own grouping of that name (`Plan.add_topology`). Tasks under
+    an intent with a topology key only run on nodes that belong to a domain of that key.
+    """
+
+    topology_key: str | None = None
     kind = "colocated"
+
+    def describe(self) -> str:
+        return _soft(self, f"({', '.join(self.tasks)}) in one {_within(self.topology_key)}")
 
 
 @dataclass(frozen=True)
 class Separated(Intent):
-    """No two replicas of the named tasks share a node."""
+    """No two replicas of the named tasks share a node (or a domain of `topology_key`)."""
 
+    topology_key: str | None = None
     kind = "separated"
+
+    def describe(self) -> str:
+        return _soft(
+            self, f"no two of ({', '.join(self.tasks)}) in one {_within(self.topology_key)}"
+        )
 
 
 @dataclass(frozen=True)
@@ -98,13 +134,39 @@ class Gang(Intent):
 
 @dataclass(frozen=True)
 class SpreadAtMost(Intent):
-    """At most `per_node` replicas of the named tasks on any node."""
+    """At most `per_node` replicas of the named tasks on any node (or domain of the key)."""
 
     per_node: int = 1
+    topology_key: str | None = None
     kind = "spread"
 
     def describe(self) -> str:
-        return f"at most {self.per_node} of ({', '.join(self.tasks)}) per node"
+        return _soft(
+            self,
+            f"at most {self.per_node} of ({', '.join(self.tasks)}) per "
+            f"{_within(self.topology_key)}",
+        )
+
+
+@dataclass(frozen=True)
+class SpreadEvenly(Intent):
+    """Replicas spread over the domains of `topology_key` with at most `max_skew` difference.
+
+    As Kubernetes' ``topologySpreadConstraints``: in a placement, the replicas in the
+    fullest domain exceed those in the emptiest one by at most `max_skew`. The domains are
+    every domain of the key among alive nodes (`None`: every node is its own domain).
+    """
+
+    topology_key: str | None = None
+    max_skew: int = 1
+    kind = "spread_evenly"
+
+    def describe(self) -> str:
+        return _soft(
+            self,
+            f"({', '.join(self.tasks)}) spread over {_within(self.topology_key)}s "
+            f"with skew at most {self.max_skew}",
+        )
 
 
 @dataclass(frozen=True)
@@ -115,11 +177,12 @@ class PinnedTo(Intent):
     kind = "pinned"
 
     def describe(self) -> str:
-        return f"({', '.join(self.tasks)}) only on {', '.join(self.nodes)}"
+        return _soft(self, f"({', '.join(self.tasks)}) only on {', '.join(self.nodes)}")
 
 
 INTENT_KINDS: Mapping[str, type[Intent]] = {
-    cls.kind: cls for cls in (Colocated, Separated, Gang, SpreadAtMost, PinnedTo)
+    cls.kind: cls
+    for cls in (Colocated, Separated, Gang, SpreadAtMost, SpreadEvenly, PinnedTo)
 }
 
 
@@ -130,6 +193,22 @@ class Plan:
     resources: list[PlannedResource] = field(default_factory=list)
     tasks: list[PlannedTask] = field(default_factory=list)
     intents: list[Intent] = field(default_factory=list)
+    #: Groupings of nodes defined by escher rather than node labels: key -> node -> domain.
+    topologies: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def add_topology(self, key: str, domains: Mapping[str, str]) -> None:
+        """Define topology `key` as node id -> domain name (overrides a node label `key`).
+
+        Raises:
+            ValidationError: an empty key or a non-string node id or domain.
+        """
+        if not isinstance(key, str) or not key:
+            raise ValidationError(f"topology key must be a non-empty string, got {key!r}.")
+        if not isinstance(domains, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) and k and v for k, v in domains.items()
+        ):
+            raise ValidationError(f"topology {key!r} must map node ids to domain names.")
+        self.topologies[key] = dict(domains)
 
     def add_resource(
         self, label: str, capacity: float, node_spec: NodeSpecLike, *, source: str = ""
