@@ -181,8 +181,7 @@ class PinnedTo(Intent):
 
 
 INTENT_KINDS: Mapping[str, type[Intent]] = {
-    cls.kind: cls
-    for cls in (Colocated, Separated, Gang, SpreadAtMost, SpreadEvenly, PinnedTo)
+    cls.kind: cls for cls in (Colocated, Separated, Gang, SpreadAtMost, SpreadEvenly, PinnedTo)
 }
 
 
