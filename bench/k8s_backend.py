@@ -34,7 +34,7 @@ from escher.backends.kubernetes._pods import RUNNER_COMMAND, build_pod  # noqa: 
 from escher.core.resources import Resources  # noqa: E402
 from escher.core.task import TaskSpec  # noqa: E402
 from escher.esl import DataLocality  # noqa: E402
-from tests.k8s_control_plane import (  # noqa: E402
+from tests.support.k8s_control_plane import (  # noqa: E402
     ControlPlane,
     add_fake_node,
     binaries_available,

@@ -4,6 +4,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python -m pip install -q -e '.[all]'
 if [ -x scripts/provision-k8s.sh ]; then bash scripts/provision-k8s.sh; fi
+# The same gates as CI: lint, format, types (fail fast, before the long suite).
+ruff check escher tests bench
+ruff format --check escher tests bench
+mypy
 export RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0
 set +e
 python -m pytest -q "$@"

@@ -497,7 +497,7 @@ class ESL(Policy):
         """
         target: Callable[[], Callable[[], Any] | None]
         if hasattr(fn, "__self__") and hasattr(fn, "__func__"):
-            target = weakref.WeakMethod(fn)  # type: ignore[arg-type]
+            target = weakref.WeakMethod(fn)
         else:
             target = lambda: fn  # noqa: E731
         closed = weakref.ref(self)

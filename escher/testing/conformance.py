@@ -1,6 +1,6 @@
 """The backend conformance suite. Every backend runs it as a one-line subclass.
 
-Example (tests/backends/test_memory.py)::
+Example (tests/backends/memory/test_memory.py)::
 
     class TestMemoryConformance(BackendConformance):
         backend_name = "memory"

@@ -645,7 +645,7 @@ class KubernetesBackend(Backend):
         """The node of the calling task: its task context, or this pod's own node."""
         context = current_task()
         if context is not None and context.backend is self:
-            return context.node_id  # type: ignore[no-any-return]
+            return context.node_id
         return self._node_name
 
     # --- lifecycle ----------------------------------------------------------------------------

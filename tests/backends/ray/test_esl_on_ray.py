@@ -13,8 +13,8 @@ pytest.importorskip("ray")
 import escher
 from escher.esl import AntiAffinity, DataLocality, LoadBalance
 from escher.testing.conformance import wait_until
-from tests.ray.conftest import make_backend
-from tests.spans import peak_per_node, span, where
+from tests.backends.ray.conftest import make_backend
+from tests.support.spans import peak_per_node, span, where
 
 pytestmark = pytest.mark.ray
 WAIT = 60.0

@@ -20,7 +20,7 @@ from escher.core.errors import NodeDiedError, UnknownNodeError  # noqa: E402
 from escher.core.resources import Resources  # noqa: E402
 from escher.core.task import TaskSpec  # noqa: E402
 from escher.testing.conformance import wait_until  # noqa: E402
-from tests.ray.conftest import make_backend  # noqa: E402
+from tests.backends.ray.conftest import make_backend  # noqa: E402
 
 pytestmark = pytest.mark.ray
 WAIT = 60.0

@@ -14,7 +14,7 @@ pytest.importorskip("ray")
 import escher
 
 pytestmark = pytest.mark.ray
-PAGE = Path(__file__).resolve().parents[2] / "docs" / "ray.md"
+PAGE = Path(__file__).resolve().parents[3] / "docs" / "ray.md"
 _BLOCK = re.compile(r"^```python([^\n]*)\n(.*?)^```", re.S | re.M)
 
 

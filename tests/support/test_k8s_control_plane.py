@@ -1,4 +1,4 @@
-"""Integration tests for the local Kubernetes control plane (tests/k8s_control_plane.py).
+"""Integration tests for the local Kubernetes control plane (tests/support/k8s_control_plane.py).
 
 They start real etcd + kube-apiserver + kube-scheduler processes on loopback.
 Binaries come from scripts/provision-k8s.sh; without them every test is skipped.
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 try:
-    from tests.k8s_control_plane import (
+    from tests.support.k8s_control_plane import (
         FAKE_EXIT_CODE_ANNOTATION,
         FAKE_MESSAGE_ANNOTATION,
         FAKE_RUN_SECONDS_ANNOTATION,

@@ -11,9 +11,9 @@ import pytest
 import escher
 from escher.esl import AntiAffinity, CoLocation, DataLocality, LoadBalance
 from escher.testing.conformance import wait_until
-from tests import spans as _tasks
-from tests.k8s.conftest import POOLS
-from tests.spans import peak_per_node
+from tests.backends.kubernetes.conftest import POOLS
+from tests.support import spans as _tasks
+from tests.support.spans import peak_per_node
 
 WAIT = 90.0
 NODES = sorted(POOLS["conformance"])

@@ -10,7 +10,7 @@ pytest.importorskip("ray")
 
 from escher.backends.base import Backend
 from escher.testing.conformance import BackendConformance
-from tests.ray.conftest import make_backend
+from tests.backends.ray.conftest import make_backend
 
 pytestmark = pytest.mark.ray
 

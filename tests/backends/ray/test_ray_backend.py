@@ -23,7 +23,7 @@ from escher.core.errors import (  # noqa: E402
 from escher.core.resources import Resources  # noqa: E402
 from escher.core.task import StatusCode, TaskSpec, TaskState  # noqa: E402
 from escher.testing.conformance import wait_until  # noqa: E402
-from tests.ray.conftest import make_backend  # noqa: E402
+from tests.backends.ray.conftest import make_backend  # noqa: E402
 
 pytestmark = pytest.mark.ray
 WAIT = 60.0

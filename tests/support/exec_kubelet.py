@@ -1,6 +1,6 @@
 """A fake kubelet that really runs pods' commands, as local processes.
 
-`FakeKubelet` (tests/k8s_control_plane.py) moves bound pods to Running; this subclass then
+`FakeKubelet` (tests/support/k8s_control_plane.py) moves bound pods to Running; this subclass then
 starts the pod's container command as a subprocess of the test process, ignoring the image,
 with the pod's environment resolved the way the kubelet does (including the downward API:
 ``NODE_NAME`` from ``spec.nodeName``), plus ``KUBECONFIG`` so code in the "pod" can reach the
@@ -21,7 +21,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from tests.k8s_control_plane import FakeKubelet, _now
+from tests.support.k8s_control_plane import FakeKubelet, _now
 
 TERMINATION_LIMIT = 4096
 _FIELD_REFS = {

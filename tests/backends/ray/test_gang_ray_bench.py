@@ -12,7 +12,7 @@ pytest.importorskip("ray")
 
 import escher
 from escher.bench.workloads import gang_ray
-from tests.ray.conftest import make_backend
+from tests.backends.ray.conftest import make_backend
 
 pytestmark = pytest.mark.ray
 

@@ -29,8 +29,8 @@ from escher.core.errors import (
 from escher.core.resources import Resources
 from escher.core.task import StatusCode, TaskSpec, TaskState
 from escher.testing.conformance import wait_until
-from tests.k8s import _tasks
-from tests.k8s.conftest import POOL_LABEL, POOLS
+from tests.backends.kubernetes import _tasks
+from tests.backends.kubernetes.conftest import POOL_LABEL, POOLS
 
 WAIT = 60.0
 NODE = POOLS["extra"][0]

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from tests.k8s_control_plane import ControlPlane, add_fake_node, binaries_available
+from tests.support.k8s_control_plane import ControlPlane, add_fake_node, binaries_available
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 POOL_LABEL = "escher-test/pool"
 #: Pools of fake nodes: name -> node ids (4 CPUs, 8 GiB each).
 POOLS = {
@@ -85,7 +85,7 @@ def k8s_cluster() -> Iterator[K8sCluster]:
     if not binaries_available():
         pytest.skip(SKIP_REASON)
     pytest.importorskip("kubernetes", reason="needs pip install 'escher[k8s]'")
-    from tests.k8s._exec_kubelet import ExecKubelet
+    from tests.support.exec_kubelet import ExecKubelet
 
     with ControlPlane() as cp:
         api = cp.core_v1()
