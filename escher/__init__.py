@@ -22,6 +22,7 @@ from escher._api import (
     launch,
     node_id,
     set_resource,
+    set_resources,
     shutdown,
     task,
 )
@@ -84,6 +85,7 @@ __all__ = [
     "launch",
     "node_id",
     "set_resource",
+    "set_resources",
     "shutdown",
     "task",
 ]

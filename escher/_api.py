@@ -131,6 +131,21 @@ def set_resource(
     return current_backend().set_resource(label, capacity, node_spec, num_nodes=num_nodes)
 
 
+def set_resources(
+    capacities: Mapping[str, float],
+    node_spec: NodeSpecLike = None,
+    *,
+    num_nodes: int | None = None,
+) -> tuple[str, ...]:
+    """Set several ephemeral resources on the same nodes at once. See `Backend.set_resources`.
+
+    Example:
+        ``escher.set_resources({"grp-a": 1, "grp-b": 1}, {"CPU": 1})`` writes each node
+        with a free CPU once, for both labels.
+    """
+    return current_backend().set_resources(capacities, node_spec, num_nodes=num_nodes)
+
+
 def get_cluster_state() -> ClusterState:
     """A consistent snapshot of every node: total, available, labels, alive."""
     return current_backend().get_cluster_state()

@@ -3,18 +3,35 @@
 Public methods validate their input once, here, then call the underscore method a backend
 overrides; so every backend rejects the same bad input with the same error, before any state
 changes.
+
+The contract, in one place:
+
+* Ephemeral resources: `_set_resource` (required) and `_set_resources` (bulk; the default
+  applies one label at a time, backends override it to write each node once).
+* Tasks: `_launch` (required) queues a task and returns its `TaskRef`; the backend then
+  drives the handle only through its public backend methods (`TaskRef.set_running`,
+  `set_status`, `set_result`, `set_exception`, `set_cancelled`, `retry`), and asks
+  `TaskRef.retry` (the one retry rule, `escher.core.task.retry_allowed`) before running a
+  failed attempt again.
+* Capabilities: a flag in `capabilities` promises the methods listed in `REQUIRED_METHODS`;
+  a subclass that claims one without overriding them is refused when it is defined.
+* Introspection for explainers and views: `tasks()` (live tasks launched here),
+  `describe_task()` (the backend's own words about one), `policies()` (the ESLs bound to
+  this backend), `describe()` (facts about the backend, e.g. its mode).
 """
 
 from __future__ import annotations
 
 import enum
+import threading
+import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from typing import Any, ClassVar
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Self
 
 from escher.core.clock import Clock
 from escher.core.cluster import ClusterState
-from escher.core.errors import InvalidCapacityError, UnsupportedError
+from escher.core.errors import InvalidBackendError, InvalidCapacityError, UnsupportedError
 from escher.core.nodespec import NodeSpec, NodeSpecLike
 from escher.core.resources import Resources, validate_label, validate_quantity
 from escher.core.task import TaskRef, TaskSpec
@@ -38,6 +55,13 @@ class Capability(enum.Flag):
     CONTAINER_TASKS = enum.auto()
 
 
+#: The methods a backend must override to claim a capability.
+REQUIRED_METHODS: Mapping[Capability, tuple[str, ...]] = {
+    Capability.ATOMIC_GANG: ("_launch_gang",),
+    Capability.NODE_MEMBERSHIP: ("add_node", "remove_node"),
+}
+
+
 class Backend(ABC):
     """A cluster with a resource-matching scheduler and run-time ephemeral resources.
 
@@ -48,6 +72,27 @@ class Backend(ABC):
     name: ClassVar[str] = "abstract"
     #: What this backend offers beyond the required API.
     capabilities: ClassVar[Capability] = Capability.NONE
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for flag, methods in REQUIRED_METHODS.items():
+            missing = [m for m in methods if getattr(cls, m) is getattr(Backend, m)]
+            if flag in cls.capabilities and missing:
+                raise InvalidBackendError(
+                    f"{cls.__qualname__} claims Capability.{flag.name} but does not implement "
+                    f"{', '.join(missing)}; implement it or drop the flag."
+                )
+
+    _live_lock: threading.Lock
+    _live: dict[str, TaskRef]
+    _policies: weakref.WeakSet[Any]
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Self:
+        self = super().__new__(cls)
+        self._live_lock = threading.Lock()
+        self._live = {}
+        self._policies = weakref.WeakSet()
+        return self
 
     @property
     @abstractmethod
@@ -81,19 +126,77 @@ class Backend(ABC):
             NotInTaskError: node_spec None outside a task.
         """
         label = validate_label(label)
+        quantity = self._check_capacity(label, capacity)
+        spec = NodeSpec.parse(node_spec, num_nodes)
+        return tuple(self._set_resource(label, quantity, spec))
+
+    def set_resources(
+        self,
+        capacities: Mapping[str, float],
+        node_spec: NodeSpecLike = None,
+        *,
+        num_nodes: int | None = None,
+    ) -> tuple[str, ...]:
+        """Set several ephemeral resources on the same nodes in one call.
+
+        Each label gets its capacity on every selected node (0 deletes it). The nodes are
+        chosen once, before any label changes, so a vector selector is not affected by the
+        labels this call sets. Backends write each node once (one update for all labels) and
+        different nodes concurrently; per node the change is all or nothing, across nodes it
+        is not (as a `set_resource` with a selector).
+
+        Args:
+            capacities: label -> new capacity on each selected node.
+            node_spec: As for `set_resource`.
+            num_nodes: As for `set_resource`.
+
+        Returns:
+            The ids of the nodes it was applied to, in id order.
+
+        Raises:
+            ValidationError: any bad label, capacity or node spec (nothing is changed).
+            NotInTaskError: node_spec None outside a task.
+        """
+        if not isinstance(capacities, Mapping):
+            raise InvalidCapacityError(
+                f"capacities must be a mapping of label -> capacity, got "
+                f"{type(capacities).__name__}."
+            )
+        checked = {
+            validate_label(label): self._check_capacity(label, capacity)
+            for label, capacity in capacities.items()
+        }
+        spec = NodeSpec.parse(node_spec, num_nodes)
+        if not checked:
+            return ()
+        return tuple(self._set_resources(checked, spec))
+
+    def _check_capacity(self, label: str, capacity: object) -> float:
         quantity = validate_quantity(capacity, what=f"capacity of {label!r}")
         if Capability.FRACTIONAL not in self.capabilities and not quantity.is_integer():
             raise InvalidCapacityError(
                 f"the {self.name} backend only takes whole capacities; got {quantity} for "
                 f"{label!r}. Scale the unit (e.g. 1000 milli-units) instead."
             )
-        spec = NodeSpec.parse(node_spec, num_nodes)
-        return tuple(self._set_resource(label, quantity, spec))
+        return quantity
 
     @abstractmethod
     def _set_resource(self, label: str, capacity: float, spec: NodeSpec) -> Sequence[str]:
         """Apply a validated call. Raise UnknownNodeError / NotInTaskError /
         ReservedResourceError (label is node-defined) before changing anything."""
+
+    def _set_resources(self, capacities: dict[str, float], spec: NodeSpec) -> Sequence[str]:
+        """Apply a validated bulk call (default: the first label selects, the rest follow).
+
+        Override to write each node once; keep the semantics of `set_resources`.
+        """
+        items = iter(sorted(capacities.items()))
+        label, capacity = next(items)
+        nodes = list(self._set_resource(label, capacity, spec))
+        for label, capacity in items:
+            for node in nodes:
+                self._set_resource(label, capacity, NodeSpec(node_id=node))
+        return nodes
 
     @abstractmethod
     def get_cluster_state(self) -> ClusterState:
@@ -107,7 +210,7 @@ class Backend(ABC):
         and `result()` raises `UnschedulableError`.
         """
         self._check_request(spec.resources)
-        return self._launch(spec)
+        return self._track(self._launch(spec))
 
     @abstractmethod
     def _launch(self, spec: TaskSpec) -> TaskRef:
@@ -126,7 +229,7 @@ class Backend(ABC):
             )
         for spec in specs:
             self._check_request(spec.resources)
-        return self._launch_gang(list(specs))
+        return [self._track(ref) for ref in self._launch_gang(list(specs))]
 
     def _launch_gang(self, specs: list[TaskSpec]) -> list[TaskRef]:
         raise UnsupportedError(f"the {self.name} backend has no atomic gang placement.")
@@ -134,6 +237,47 @@ class Backend(ABC):
     @abstractmethod
     def current_node_id(self) -> str | None:
         """The node the calling code runs on, if it runs inside a task of this backend."""
+
+    # --- introspection --------------------------------------------------------------------
+    def _track(self, ref: TaskRef) -> TaskRef:
+        if not ref.done():
+            with self._live_lock:
+                self._live[ref.id] = ref
+            ref.add_done_callback(self._untrack)
+        return ref
+
+    def _untrack(self, ref: TaskRef) -> None:
+        with self._live_lock:
+            self._live.pop(ref.id, None)
+
+    def tasks(self) -> list[TaskRef]:
+        """Tasks launched through this backend object that are not final, oldest first."""
+        with self._live_lock:
+            return list(self._live.values())
+
+    def describe_task(self, ref: TaskRef) -> dict[str, Any]:
+        """The backend's own facts about a task (e.g. its pod and the scheduler's message).
+
+        Keys are short nouns ("pod", "namespace", "scheduler_message"); values are plain
+        JSON-ready data. The default knows nothing beyond the handle.
+        """
+        return {}
+
+    def attach_policy(self, policy: Any) -> None:
+        """Record a policy (ESL) bound to this backend; held weakly."""
+        self._policies.add(policy)
+
+    def policies(self) -> list[Any]:
+        """The live policies (ESLs) bound to this backend that are not closed."""
+        return [p for p in list(self._policies) if not getattr(p, "closed", False)]
+
+    def describe(self) -> dict[str, Any]:
+        """Facts about this backend for people and tools (name, capabilities, mode, ...).
+
+        Backends extend the default with what a user needs to know (e.g. Ray's mode).
+        """
+        flags = [flag.name for flag in Capability if flag and flag in self.capabilities]
+        return {"name": self.name, "capabilities": sorted(n for n in flags if n)}
 
     # --- membership (Capability.NODE_MEMBERSHIP) ------------------------------------------
     def add_node(

@@ -10,7 +10,8 @@ EscherError
 │   ├── InvalidNodeSpecError           node_spec is not an id, a vector, labels or None
 │   └── PlanFormatError                a plan/cluster file that does not parse (names the place)
 ├── ConfigError                        malformed configuration, unknown option
-│   └── UnknownBackendError            no backend of that name (also LookupError)
+│   ├── UnknownBackendError            no backend of that name (also LookupError)
+│   └── InvalidBackendError (TypeError) a backend class that breaks the backend contract
 ├── BackendError                       the backend failed
 │   ├── BackendUnavailableError        extra not installed, or cluster unreachable
 │   ├── UnsupportedError               the backend lacks a capability (Backend.capabilities)
@@ -74,6 +75,10 @@ class ConfigError(EscherError):
 
 class UnknownBackendError(ConfigError, LookupError):
     """No backend is registered under that name."""
+
+
+class InvalidBackendError(ConfigError, TypeError):
+    """A backend class that breaks the contract (e.g. claims a capability it lacks)."""
 
 
 class BackendError(EscherError):

@@ -137,6 +137,7 @@ class TaskRef:
         self._value: Any = None
         self._error: BaseException | None = None
         self._attempts = 0
+        self._retries = 0
         self._callbacks: list[Callable[[TaskRef], None]] = []
 
     # --- what users read -------------------------------------------------------------
@@ -233,29 +234,66 @@ class TaskRef:
         return f"<TaskRef {self.id} {self.name!r} {self._state.value}{where}>"
 
     # --- what backends call ------------------------------------------------------------
-    def _set_status(self, status: Status) -> None:
-        self._status = status
+    # A backend drives a handle through these, as an executor drives a `Future`; users only
+    # read and wait. Each settling call returns False (and changes nothing) if the task is
+    # already final, so a backend never needs to know who won a race (a cancel, a node loss).
 
-    def _mark_running(self, node_id: str) -> None:
+    @property
+    def retries(self) -> int:
+        """How many times the task was put back in line after a failed attempt."""
+        return self._retries
+
+    def set_status(self, status: Status) -> None:
+        """Backends: record the latest scheduling outcome (while the task is not final)."""
         with self._cond:
+            if not self._state.final:
+                self._status = status
+
+    def set_running(self, node_id: str) -> bool:
+        """Backends: the task was placed on `node_id` and starts (one more attempt).
+
+        Returns:
+            False if the task is already final (e.g. cancelled): do not run it.
+        """
+        with self._cond:
+            if self._state.final:
+                return False
             self._node_id = node_id
             self._attempts += 1
             self._state = TaskState.RUNNING
             self._status = Status(StatusCode.SCHEDULED, f"on {node_id}")
+            return True
 
-    def _requeue(self, reason: str) -> None:
+    def may_retry(self, cause: RetryCause) -> bool:
+        """Backends: whether the retry rule lets a failed attempt run again (`retry_allowed`)."""
+        return retry_allowed(self.spec, self._retries, cause)
+
+    def retry(self, cause: RetryCause, reason: str) -> bool:
+        """Backends: put the task back in line after a failed attempt, if the rule allows it.
+
+        The one retry rule of escher (`retry_allowed`) decides; on True the task is PENDING
+        again with `reason` and the backend queues it anew; on False nothing changed and
+        the backend settles it with `set_exception`.
+        """
         with self._cond:
+            if self._state.final or not retry_allowed(self.spec, self._retries, cause):
+                return False
+            self._retries += 1
             self._state = TaskState.PENDING
             self._node_id = None
             self._status = Status(StatusCode.PENDING, reason)
+            return True
 
-    def _finish(self, value: Any) -> bool:
+    def set_result(self, value: Any) -> bool:
+        """Backends: the task finished with `value`. False if it was already final."""
         return self._settle(TaskState.FINISHED, value, None)
 
-    def _fail(self, error: BaseException) -> bool:
+    def set_exception(self, error: BaseException) -> bool:
+        """Backends: the task ended without a value. False if it was already final."""
         return self._settle(TaskState.FAILED, None, error)
 
-    def _cancel_now(self) -> bool:
+    def set_cancelled(self) -> bool:
+        """Backends: the task was cancelled before it ran. False if it was already final."""
         return self._settle(
             TaskState.CANCELLED,
             None,
@@ -272,6 +310,28 @@ class TaskRef:
         for callback in callbacks:
             callback(self)
         return True
+
+
+class RetryCause(enum.Enum):
+    """Why an attempt of a task failed, for the retry rule."""
+
+    #: The task's own code raised.
+    RAISED = "raised"
+    #: Its node (or the worker, pod or container running it) was lost.
+    NODE_LOST = "node_lost"
+
+
+def retry_allowed(spec: TaskSpec, retries_so_far: int, cause: RetryCause) -> bool:
+    """The retry rule every backend follows.
+
+    A failed attempt runs again while fewer than `spec.max_retries` retries happened, for a
+    lost node always, for an exception only with `spec.retry_exceptions`. Execution is
+    at-least-once: an attempt retried after its node was lost may have run, partly or
+    fully, before the loss was noticed.
+    """
+    if cause is RetryCause.RAISED and not spec.retry_exceptions:
+        return False
+    return retries_so_far < spec.max_retries
 
 
 E = TypeVar("E", bound=TaskError)

@@ -392,6 +392,7 @@ class ESL(Policy):
         self._finalizer = weakref.finalize(
             self, _delete_all, self.backend, self._ledger, self._lock
         )
+        backend.attach_policy(self)
 
     # --- naming ----------------------------------------------------------------------------
     @property

@@ -62,7 +62,7 @@ from escher.core.errors import (
     did_you_mean,
 )
 from escher.core.nodespec import NodeSpec
-from escher.core.task import Status, StatusCode, TaskRef, TaskSpec, task_error
+from escher.core.task import RetryCause, Status, StatusCode, TaskRef, TaskSpec, task_error
 
 log = logging.getLogger("escher.kubernetes")
 
@@ -77,7 +77,6 @@ class _Task:
     uid: str = ""
     running: bool = False
     cancelled: bool = False
-    retries_left: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -401,11 +400,11 @@ class KubernetesBackend(Backend):
                 f"no eligible node can ever fit {spec.resources.to_dict()}: node-defined "
                 "resources exceed every node's allocatable"
             )
-            ref._set_status(Status(StatusCode.INFEASIBLE, reason))
-            ref._fail(task_error(reason + ". Ask for less or add a larger node.", ref,
+            ref.set_status(Status(StatusCode.INFEASIBLE, reason))
+            ref.set_exception(task_error(reason + ". Ask for less or add a larger node.", ref,
                                  UnschedulableError))  # fmt: skip
             return ref
-        task = _Task(ref, spec, retries_left=spec.max_retries)
+        task = _Task(ref, spec)
         with self._lock:
             self._by_ref[ref.id] = task
         self._tracker_started()
@@ -472,11 +471,11 @@ class KubernetesBackend(Backend):
                 with self._lock:
                     self._by_ref.pop(task.ref.id, None)
                 raise error from None
-            task.ref._fail(error)
+            task.ref.set_exception(error)
             return
         with task.lock:
             task.uid = str(created["metadata"].get("uid", ""))
-        task.ref._set_status(Status(StatusCode.PENDING, f"pod {name} created"))
+        task.ref.set_status(Status(StatusCode.PENDING, f"pod {name} created"))
 
     def _tracker_started(self) -> None:
         with self._lock:
@@ -513,7 +512,7 @@ class KubernetesBackend(Backend):
                 return
             if phase == "Pending":
                 if node:
-                    ref._set_status(Status(StatusCode.SCHEDULED, f"bound to {node}"))
+                    ref.set_status(Status(StatusCode.SCHEDULED, f"bound to {node}"))
                 else:
                     condition = next(
                         (
@@ -525,11 +524,11 @@ class KubernetesBackend(Backend):
                     )
                     if condition is not None:
                         reason = condition.get("message") or condition.get("reason") or ""
-                        ref._set_status(Status(StatusCode.UNSCHEDULABLE, reason))
+                        ref.set_status(Status(StatusCode.UNSCHEDULABLE, reason))
                 return
             if phase in ("Running", "Succeeded", "Failed") and not task.running:
                 task.running = True
-                ref._mark_running(node or "")
+                ref.set_running(node or "")
             if phase in ("Succeeded", "Failed"):
                 self._forget(name)
                 if not self._keep_pods and self._tracker is not None:
@@ -584,14 +583,15 @@ class KubernetesBackend(Backend):
             return
         if ok:
             self._done(task, value=value)
-        elif spec.retry_exceptions and task.retries_left > 0:
-            task.retries_left -= 1
-            self._respawn(task, f"it raised {type(value).__name__}; retrying")
+        elif not self._closed and ref.retry(
+            RetryCause.RAISED, f"it raised {type(value).__name__}; retrying"
+        ):
+            self._respawn(task)
         else:
-            ref._fail(value)
+            ref.set_exception(value)
 
     def _done(self, task: _Task, value: Any) -> None:
-        task.ref._finish(value)
+        task.ref.set_result(value)
         with self._lock:
             self._by_ref.pop(task.ref.id, None)
 
@@ -602,17 +602,15 @@ class KubernetesBackend(Backend):
         kind: type[TaskFailedError] | type[NodeDiedError],
         is_exception: bool = False,
     ) -> None:
-        can_retry = task.retries_left > 0 and (not is_exception or task.spec.retry_exceptions)
-        if can_retry and not self._closed:
-            task.retries_left -= 1
-            self._respawn(task, message + "; retrying")
+        cause = RetryCause.RAISED if is_exception else RetryCause.NODE_LOST
+        if not self._closed and task.ref.retry(cause, message + "; retrying"):
+            self._respawn(task)
             return
-        task.ref._fail(task_error(message, task.ref, kind))
+        task.ref.set_exception(task_error(message, task.ref, kind))
         with self._lock:
             self._by_ref.pop(task.ref.id, None)
 
-    def _respawn(self, task: _Task, reason: str) -> None:
-        task.ref._requeue(reason)
+    def _respawn(self, task: _Task) -> None:
         task.running = False
         threading.Thread(target=self._create_pod_quietly, args=(task,), daemon=True).start()
 
@@ -620,7 +618,7 @@ class KubernetesBackend(Backend):
         try:
             self._create_pod(task)
         except Exception as exc:  # _create_pod fails the ref itself after the first start
-            task.ref._fail(exc)
+            task.ref.set_exception(exc)
 
     def _cancel(self, ref: TaskRef) -> bool:
         with self._lock:
@@ -639,7 +637,7 @@ class KubernetesBackend(Backend):
         self._forget(name)
         with self._lock:
             self._by_ref.pop(ref.id, None)
-        return ref._cancel_now()
+        return ref.set_cancelled()
 
     def current_node_id(self) -> str | None:
         """The node of the calling task: its task context, or this pod's own node."""
@@ -661,7 +659,7 @@ class KubernetesBackend(Backend):
             tasks = list(self._by_ref.values())
         for task in tasks:
             if not task.ref.done() and not self._cancel(task.ref) and not task.ref.done():
-                task.ref._fail(
+                task.ref.set_exception(
                     task_error(
                         f"the backend was closed while it ran; its pod {task.pod} keeps running",
                         task.ref,

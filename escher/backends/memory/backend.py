@@ -34,7 +34,7 @@ from escher.core.errors import (
 )
 from escher.core.nodespec import NodeSpec
 from escher.core.resources import Resources, validate_quantity
-from escher.core.task import Status, StatusCode, TaskRef, TaskSpec, task_error
+from escher.core.task import RetryCause, Status, StatusCode, TaskRef, TaskSpec, task_error
 
 log = logging.getLogger("escher.memory")
 
@@ -122,17 +122,23 @@ class MemoryBackend(Backend):
 
     # --- ephemeral resources ------------------------------------------------------------
     def _set_resource(self, label: str, capacity: float, spec: NodeSpec) -> list[str]:
+        return self._set_resources({label: capacity}, spec)
+
+    def _set_resources(self, capacities: dict[str, float], spec: NodeSpec) -> list[str]:
         with self._lock:
             self._ensure_open()
-            if self._matcher.is_physical(label):
-                raise ReservedResourceError(
-                    f"{label!r} is a resource the nodes define themselves; set_resource only "
-                    "manages ephemeral labels. Pick another label."
-                )
+            for label in capacities:
+                if self._matcher.is_physical(label):
+                    raise ReservedResourceError(
+                        f"{label!r} is a resource the nodes define themselves; set_resource "
+                        "only manages ephemeral labels. Pick another label."
+                    )
             targets = self._select(spec)
             for node_id in targets:
-                self._matcher.set_capacity(node_id, label, capacity)
-            started = self._place_locked() if capacity > 0 else []
+                for label, capacity in capacities.items():
+                    self._matcher.set_capacity(node_id, label, capacity)
+            grew = any(capacity > 0 for capacity in capacities.values())
+            started = self._place_locked() if grew else []
         self._start(started)
         return targets
 
@@ -198,9 +204,9 @@ class MemoryBackend(Backend):
                 self._queue.push(ref, spec.resources)
                 started = self._place_locked()
                 if ref.node_id is None:
-                    ref._set_status(Status(StatusCode.UNSCHEDULABLE, self._why(spec.resources)))
+                    ref.set_status(Status(StatusCode.UNSCHEDULABLE, self._why(spec.resources)))
         if infeasible is not None:
-            ref._fail(infeasible)
+            ref.set_exception(infeasible)
             return ref
         self._start(started)
         return ref
@@ -220,10 +226,10 @@ class MemoryBackend(Backend):
                 started = self._place_locked()
                 for ref in refs:
                     if ref.node_id is None:
-                        ref._set_status(Status(StatusCode.UNSCHEDULABLE, "gang waits for room"))
+                        ref.set_status(Status(StatusCode.UNSCHEDULABLE, "gang waits for room"))
         if errors:
             for ref in refs:  # all or nothing: a gang with an infeasible member never runs
-                ref._fail(errors[0][1])
+                ref.set_exception(errors[0][1])
             return refs
         self._start(started)
         return refs
@@ -233,7 +239,7 @@ class MemoryBackend(Backend):
             f"no node can ever fit {ref.spec.resources.to_dict()}: node-defined resources "
             "exceed every node's capacity"
         )
-        ref._set_status(Status(StatusCode.INFEASIBLE, reason))
+        ref.set_status(Status(StatusCode.INFEASIBLE, reason))
         return task_error(reason + ". Ask for less or add a larger node.", ref, UnschedulableError)
 
     def _why(self, request: Resources) -> str:
@@ -265,7 +271,7 @@ class MemoryBackend(Backend):
         placed.extend((e.ref, nid, e.request) for e, nid in self._queue.schedule(self._matcher))
         runs = []
         for ref, node_id, request in placed:
-            ref._mark_running(node_id)
+            ref.set_running(node_id)
             run = _Running(ref, node_id, request, ref.attempts)
             self._running[ref.id] = run
             runs.append(run)
@@ -344,22 +350,23 @@ class MemoryBackend(Backend):
         self._added_time[run.ref.id] = self._added_time.get(run.ref.id, 0.0) + seconds
 
     def _complete(self, run: _Running, value: Any, error: BaseException | None) -> None:
-        ref, spec = run.ref, run.ref.spec
+        ref = run.ref
         with self._lock:
             if self._running.get(ref.id) is not run:
                 return  # its node died and the attempt was retried or failed already
             del self._running[ref.id]
             self._matcher.release(run.node_id, run.request)
-            retry = error is not None and spec.retry_exceptions and ref.attempts <= spec.max_retries
+            retry = error is not None and ref.retry(
+                RetryCause.RAISED, f"retrying after {type(error).__name__}"
+            )
             if retry:
-                ref._requeue(f"retrying after {type(error).__name__}")
                 self._queue.push(ref, run.request, front=True)
             started = self._place_locked()
         if not retry:
             if error is None:
-                ref._finish(value)
+                ref.set_result(value)
             else:
-                ref._fail(error)
+                ref.set_exception(error)
         self._start(started)
 
     def _cancel(self, ref: TaskRef) -> bool:
@@ -374,7 +381,7 @@ class MemoryBackend(Backend):
                     del self._gangs[shape]
             started = self._place_locked() if victims else []
         for victim in victims:
-            victim._cancel_now()
+            victim.set_cancelled()
         self._start(started)
         return bool(victims)
 
@@ -437,8 +444,7 @@ class MemoryBackend(Backend):
             self._matcher.remove_node(node_id)
             for run in [r for r in self._running.values() if r.node_id == node_id]:
                 del self._running[run.ref.id]
-                if run.ref.attempts <= run.ref.spec.max_retries:
-                    run.ref._requeue(f"node {node_id} left; retrying")
+                if run.ref.retry(RetryCause.NODE_LOST, f"node {node_id} left; retrying"):
                     self._queue.push(run.ref, run.request, front=True)
                 else:
                     failed.append(
@@ -453,7 +459,7 @@ class MemoryBackend(Backend):
                     failed.append((entry.ref, self._infeasible(entry.ref)))
             started = self._place_locked()
         for ref, error in failed:
-            ref._fail(error)
+            ref.set_exception(error)
         self._start(started)
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -469,7 +475,7 @@ class MemoryBackend(Backend):
             queued += [ref for queue in self._gangs.values() for g in queue for ref in g.refs]
             self._gangs.clear()
         for ref in queued:
-            ref._cancel_now()
+            ref.set_cancelled()
         if self._executor is not None:
             self._executor.shutdown(wait=False)
         if isinstance(self._clock, RealClock):

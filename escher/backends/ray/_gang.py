@@ -121,8 +121,8 @@ def launch_gang(backend: RayBackend, specs: list[TaskSpec]) -> list[TaskRef]:
     if any(reasons):
         why = next(r for r in reasons if r)
         for ref in refs:
-            ref._set_status(Status(StatusCode.INFEASIBLE, f"a gang member: {why}"))
-            ref._fail(task_error(f"a gang member: {why}", ref, UnschedulableError))
+            ref.set_status(Status(StatusCode.INFEASIBLE, f"a gang member: {why}"))
+            ref.set_exception(task_error(f"a gang member: {why}", ref, UnschedulableError))
         return refs
     members = []
     for (spec, options), (key, ref) in zip(planned, keyed, strict=True):
@@ -132,7 +132,7 @@ def launch_gang(backend: RayBackend, specs: list[TaskSpec]) -> list[TaskRef]:
         entry = _Entry(ref=ref, spec=spec, ephemeral={}, options=options)
         with backend._lock:
             backend._entries[key] = entry
-        ref._set_status(Status(StatusCode.PENDING, "waiting for its placement group"))
+        ref.set_status(Status(StatusCode.PENDING, "waiting for its placement group"))
         members.append((key, entry))
     gang = _Gang(backend, [_bundle(options) for _, options in planned], members)
     for _, entry in members:

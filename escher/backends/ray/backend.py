@@ -38,7 +38,7 @@ from escher.core.errors import (
 )
 from escher.core.nodespec import NodeSpec
 from escher.core.resources import EPSILON, MAX_CAPACITY, Resources, validate_label
-from escher.core.task import Status, StatusCode, TaskRef, TaskSpec, task_error
+from escher.core.task import RetryCause, Status, StatusCode, TaskRef, TaskSpec, task_error
 
 MODES = ("auto", "resize", "ledger")
 _SYNC_PERIOD = 0.1
@@ -56,7 +56,6 @@ class _Entry:
     options: dict[str, Any]
     object_ref: Any = None
     node: str | None = None  # ledger mode: the granted node
-    node_retries: int = 0
     gang: Any = None
     extras: dict[str, Any] = field(default_factory=dict)
 
@@ -523,8 +522,8 @@ class RayBackend(Backend):
         key, ref = self._new_ref(spec)
         reason = self._infeasible_reason(spec.resources)
         if reason is not None:
-            ref._set_status(Status(StatusCode.INFEASIBLE, reason))
-            ref._fail(task_error(reason, ref, UnschedulableError))
+            ref.set_status(Status(StatusCode.INFEASIBLE, reason))
+            ref.set_exception(task_error(reason, ref, UnschedulableError))
             return ref
         options, ephemeral, labels = self._split(spec.resources)
         options["max_retries"] = spec.max_retries
@@ -541,13 +540,13 @@ class RayBackend(Backend):
         if ephemeral:
             self._queue_for_units(key, entry)
         else:
-            ref._set_status(Status(StatusCode.PENDING, "queued in Ray's scheduler"))
+            ref.set_status(Status(StatusCode.PENDING, "queued in Ray's scheduler"))
             self._submit(key, entry, options)
         return ref
 
     def _queue_for_units(self, key: str, entry: _Entry) -> None:
         assert self._ledger is not None
-        entry.ref._set_status(
+        entry.ref.set_status(
             Status(
                 StatusCode.UNSCHEDULABLE,
                 f"waiting for ephemeral units {entry.ephemeral} on some node",
@@ -572,7 +571,7 @@ class RayBackend(Backend):
         options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
         if not entry.spec.retry_exceptions:
             options["max_retries"] = 0  # node loss is retried by escher, on another node
-        entry.ref._set_status(Status(StatusCode.PENDING, f"granted units on {node}"))
+        entry.ref.set_status(Status(StatusCode.PENDING, f"granted units on {node}"))
         self._submit(key, entry, options)
 
     def _flush_writes(self) -> None:
@@ -647,21 +646,20 @@ class RayBackend(Backend):
         node, value = out
         with self._lock:
             if not ref.started():
-                ref._mark_running(node)
+                ref.set_running(node)
         self._finish_entry(key, entry, value=value)
 
     def _retry_elsewhere(self, key: str, entry: _Entry) -> bool:
         """Ledger mode: a pinned task whose node died goes back to the queue, if it may."""
         if self._ledger is None or entry.node is None:
             return False
-        if entry.node_retries >= entry.spec.max_retries:
-            return False
-        entry.node_retries += 1
+        with self._lock:
+            if not entry.ref.retry(RetryCause.NODE_LOST, "its node died; retrying elsewhere"):
+                return False
         with contextlib.suppress(Exception):
             self._ledger.release(entry.node, entry.ephemeral)
         entry.node = None
         with self._lock:
-            entry.ref._requeue("its node died; retrying elsewhere")
             self._done_keys.append(key)
         self._queue_for_units(key, entry)
         return True
@@ -682,11 +680,11 @@ class RayBackend(Backend):
             self._entries.pop(key, None)
             self._done_keys.append(key)
             if cancelled:
-                entry.ref._cancel_now()
+                entry.ref.set_cancelled()
             elif error is not None:
-                entry.ref._fail(error)
+                entry.ref.set_exception(error)
             else:
-                entry.ref._finish(value)
+                entry.ref.set_result(value)
         if self._ledger is not None and entry.node is not None and entry.ephemeral:
             node, entry.node = entry.node, None
             with contextlib.suppress(Exception):
@@ -750,7 +748,7 @@ class RayBackend(Backend):
                 for key, node in fresh.items():
                     entry = self._entries.get(key)
                     if entry is not None and not entry.ref.done() and not entry.ref.started():
-                        entry.ref._mark_running(node)
+                        entry.ref.set_running(node)
                 if idle and not self._entries and not self._done_keys:
                     self._sync_thread = None
                     return
@@ -762,7 +760,7 @@ class RayBackend(Backend):
         if self._ledger is not None and self._ledger.remove(key):
             with self._lock:
                 entry = self._entries.pop(key, None)
-                ref._cancel_now()
+                ref.set_cancelled()
             return entry is not None or ref.state.value == "cancelled"
         with self._lock:
             entry = self._entries.get(key)
@@ -783,7 +781,7 @@ class RayBackend(Backend):
             if entry.object_ref is None:  # a gang member not submitted yet
                 self._entries.pop(key, None)
                 self._done_keys.append(key)
-            ref._cancel_now()
+            ref.set_cancelled()
         return True
 
     # --- gangs -------------------------------------------------------------------------

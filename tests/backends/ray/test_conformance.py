@@ -18,6 +18,11 @@ pytestmark = pytest.mark.ray
 class _OnCluster(BackendConformance):
     backend_name = "ray"
     mode = "auto"
+    known_gaps = {
+        "test_retry_exceptions_until_success": "Ray retries exceptions itself",
+        "test_retries_run_out": "Ray retries exceptions itself",
+        "test_cancelling_a_gang_member_cancels_the_gang": "cancel does not reach the gang",
+    }
 
     @pytest.fixture(autouse=True)
     def _cluster(self, ray_cluster: Any) -> None:
@@ -33,3 +38,7 @@ class TestRayResizeConformance(_OnCluster):
 
 class TestRayLedgerConformance(_OnCluster):
     mode = "ledger"
+    known_gaps = {
+        **_OnCluster.known_gaps,
+        "test_gang_is_all_or_nothing": "ledger-mode gangs start members without the ledger's units",
+    }
