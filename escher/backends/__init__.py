@@ -11,12 +11,13 @@ from escher.backends._registry import (
     known_backends,
     register_backend,
 )
-from escher.backends.base import Backend, Capability
+from escher.backends.base import Backend, Capability, GarbageReport
 
 __all__ = [
     "Backend",
     "BackendEntry",
     "Capability",
+    "GarbageReport",
     "create_backend",
     "get_backend_class",
     "known_backends",

@@ -18,15 +18,19 @@ The contract, in one place:
 * Introspection for explainers and views: `tasks()` (live tasks launched here),
   `describe_task()` (the backend's own words about one), `policies()` (the ESLs bound to
   this backend), `describe()` (facts about the backend, e.g. its mode).
+* Shared clusters: `session_id` marks what a backend object creates; `collect_garbage()`
+  removes what dead sessions left.
 """
 
 from __future__ import annotations
 
 import enum
 import threading
+import uuid
 import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
 from escher.core.clock import Clock
@@ -53,6 +57,22 @@ class Capability(enum.Flag):
     PYTHON_TASKS = enum.auto()
     #: Runs container images with a command.
     CONTAINER_TASKS = enum.auto()
+
+
+@dataclass(frozen=True)
+class GarbageReport:
+    """What `Backend.collect_garbage` found.
+
+    Attributes:
+        removed: What belonged to sessions that are gone: removed (or, on a dry run, what
+            would be), each as a short description ("label grp-1 on node n3", "pod p-1").
+        kept: What belongs to sessions that are still alive, left alone.
+        dry_run: True if nothing was changed.
+    """
+
+    removed: tuple[str, ...] = ()
+    kept: tuple[str, ...] = ()
+    dry_run: bool = False
 
 
 #: The methods a backend must override to claim a capability.
@@ -86,12 +106,15 @@ class Backend(ABC):
     _live_lock: threading.Lock
     _live: dict[str, TaskRef]
     _policies: weakref.WeakSet[Any]
+    #: Unique per backend object: what it creates on a shared cluster is marked with it.
+    session_id: str
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Self:
         self = super().__new__(cls)
         self._live_lock = threading.Lock()
         self._live = {}
         self._policies = weakref.WeakSet()
+        self.session_id = uuid.uuid4().hex[:12]
         return self
 
     @property
@@ -278,6 +301,16 @@ class Backend(ABC):
         """
         flags = [flag.name for flag in Capability if flag and flag in self.capabilities]
         return {"name": self.name, "capabilities": sorted(n for n in flags if n)}
+
+    def collect_garbage(self, *, dry_run: bool = False) -> GarbageReport:
+        """Remove what sessions that died left on the cluster (labels, pods, actors).
+
+        A session marks what it creates with its `session_id` and keeps a lease alive while
+        it runs; this removes exactly what belongs to sessions whose lease expired, never
+        what a live session uses. The default has nothing to collect (its state dies with
+        the process).
+        """
+        return GarbageReport(dry_run=dry_run)
 
     # --- membership (Capability.NODE_MEMBERSHIP) ------------------------------------------
     def add_node(
