@@ -141,7 +141,47 @@ class VerificationError(EscherError):
         self.result = result
 
 
+def _edit_distance(a: str, b: str) -> int:
+    """Optimal string alignment distance: insertions, deletions, substitutions, swaps."""
+    prev2: list[int] = []
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        row = [i]
+        for j, cb in enumerate(b, 1):
+            cost = min(prev[j] + 1, row[j - 1] + 1, prev[j - 1] + (ca != cb))
+            if i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                cost = min(cost, prev2[j - 2] + 1)
+            row.append(cost)
+        prev2, prev = prev, row
+    return prev[-1]
+
+
+def closest(word: str, choices: Iterable[str]) -> str | None:
+    """The choice closest to `word`, or None when none is close enough to suggest.
+
+    Short names (node ids such as ``n1``) are compared by edit distance: a choice one edit away
+    (two for names of five characters or more) is close, however short the names are, which
+    difflib's similarity ratio misses (``n3`` vs ``n1`` scores 0.5). Longer names also accept
+    difflib's close matches. Ties go to the choice that sorts first.
+    """
+    options = sorted(set(choices))
+    if not options or word in options:
+        return None
+    limit = 1 if len(word) < 5 else 2
+    scored = [(_edit_distance(word.lower(), c.lower()), c) for c in options]
+    best_distance, best = min(scored)
+    if best_distance <= limit and best_distance < max(len(word), 1):
+        return best
+    close = difflib.get_close_matches(word, options, n=1)
+    return close[0] if close else None
+
+
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
-    """A ' Did you mean ...?' suffix naming the closest choice, or '' when none is close."""
-    close = difflib.get_close_matches(word, list(choices), n=1)
-    return f" Did you mean {close[0]!r}?" if close else ""
+    """A ' Did you mean ...?' suffix naming the closest choice, or '' when none is close.
+
+    Example:
+        >>> did_you_mean("n3", ["n1", "n2"])
+        " Did you mean 'n1'?"
+    """
+    match = closest(word, choices)
+    return f" Did you mean {match!r}?" if match is not None else ""

@@ -35,6 +35,7 @@ from escher.core.errors import (
     UnknownNodeError,
     UnschedulableError,
     UnsupportedError,
+    did_you_mean,
 )
 from escher.core.nodespec import NodeSpec
 from escher.core.resources import EPSILON, MAX_CAPACITY, Resources, validate_label
@@ -396,6 +397,7 @@ class RayBackend(Backend):
             if node not in physical:
                 raise UnknownNodeError(
                     f"no alive Ray node {node!r}; read escher.get_cluster_state() for the ids."
+                    + did_you_mean(node, physical)
                 )
             targets = [node]
             self._check_not_node_defined(label, {node: physical[node]})
