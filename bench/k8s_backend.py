@@ -9,7 +9,7 @@
    pod submitted until kube-scheduler has bound all of them (target: within 5%).
 
 Usage: python bench/k8s_backend.py [--quick]
-Needs scripts/provision-k8s.sh (binaries) and pip install 'escher[k8s]'.
+Needs scripts/provision-k8s.sh (binaries) and pip install 'escher-sched[k8s]'.
 """
 
 from __future__ import annotations

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import sys
 
-from escher.bench._cli import bench
+from escher.cli.bench import bench
 
 if __name__ == "__main__":
     args = sys.argv[1:]
     if not args or args[0].startswith("-"):
         args = ["all", *args]
+    if "--out" not in args:
+        args += ["--out", "docs/img/evaluation"]
     bench.main(args=args, prog_name="paper_evaluation.py")

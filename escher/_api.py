@@ -71,7 +71,7 @@ def init(backend: str | Backend | None = None, **options: Any) -> Session:
         instance = backend
     else:
         config = resolve(backend, options)
-        instance = create_backend(config.backend, config.options)
+        instance = create_backend(config.backend, config.options, config.origins)
     with _lock:
         previous, _backend = _backend, instance
     if previous is not None and previous is not instance:

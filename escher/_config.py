@@ -3,7 +3,10 @@
 Precedence, highest first: arguments to `escher.init()`; the environment (`ESCHER_BACKEND`,
 `ESCHER_<BACKEND>_<OPTION>`, `ESCHER_CONFIG`); the first `escher.toml`, or `pyproject.toml`
 with a `[tool.escher]` table, found from the working directory upwards; the in-memory default.
-Options from all levels are merged for the chosen backend.
+Options from all levels are merged for the chosen backend, and `Config.origins` records where
+each one came from, so that a value of the wrong type is reported with its file and key (or
+environment variable, or argument) when the backend is built (see
+`escher.backends._options.check_options`: options are typed by the backend's constructor).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from escher.backends._registry import _ALIASES, known_backends
+from escher.backends._registry import ALIASES, canonical_name, known_backends
 from escher.core.errors import ConfigError, did_you_mean
 
 DEFAULT_BACKEND = "memory"
@@ -32,12 +35,15 @@ class Config:
         options: Keyword options for that backend.
         sources: Where each piece came from, for `escher backends` and error messages.
         tables: Every table of the config file (e.g. "verify" settings).
+        origins: Option name -> where its value came from: ``"<file>: [memory] nodes"``,
+            ``"environment variable ESCHER_MEMORY_NODES"`` or ``"argument nodes"``.
     """
 
     backend: str
     options: dict[str, Any] = field(default_factory=dict)
     sources: tuple[str, ...] = ()
     tables: Mapping[str, Any] = field(default_factory=dict)
+    origins: Mapping[str, str] = field(default_factory=dict)
 
 
 def find_config_file(start: Path | None = None) -> tuple[Path, dict[str, Any]] | None:
@@ -72,6 +78,19 @@ def _env_value(raw: str) -> Any:
         return raw
 
 
+def _file_table(env: Mapping[str, str], cwd: Path | None) -> tuple[Path | None, dict[str, Any]]:
+    """The config file in force and its escher table (empty when there is none)."""
+    if env.get("ESCHER_CONFIG"):
+        path = Path(env["ESCHER_CONFIG"])
+        if not path.is_file():
+            raise ConfigError(f"ESCHER_CONFIG points to {path}, which is not a file.")
+        data = _read_toml(path)
+        table = data.get("tool", {}).get("escher", data) if path.name == "pyproject.toml" else data
+        return path, table
+    found = find_config_file(cwd)
+    return (found[0], found[1]) if found is not None else (None, {})
+
+
 def resolve(
     backend: str | None = None,
     options: Mapping[str, Any] | None = None,
@@ -85,48 +104,49 @@ def resolve(
         ConfigError: a malformed file or value, or an unknown table in the file.
     """
     env = os.environ if environ is None else environ
-    sources: list[str] = []
-    table: dict[str, Any] = {}
-    if env.get("ESCHER_CONFIG"):
-        path = Path(env["ESCHER_CONFIG"])
-        if not path.is_file():
-            raise ConfigError(f"ESCHER_CONFIG points to {path}, which is not a file.")
-        data = _read_toml(path)
-        table = data.get("tool", {}).get("escher", data) if path.name == "pyproject.toml" else data
-        sources.append(str(path))
-    else:
-        found = find_config_file(cwd)
-        if found is not None:
-            sources.append(str(found[0]))
-            table = found[1]
+    path, table = _file_table(env, cwd)
+    sources = [str(path)] if path is not None else []
     where = sources[0] if sources else "<config>"
     _check_file_table(table, where)
 
     name = backend or env.get("ESCHER_BACKEND") or table.get("backend") or DEFAULT_BACKEND
     if not isinstance(name, str):
         raise ConfigError(f"{where}: 'backend' must be a string, got {name!r}.")
-    name = _ALIASES.get(name, name)
+    name = canonical_name(name)
     if backend:
         sources.append("argument")
     elif env.get("ESCHER_BACKEND"):
         sources.append("environment")
 
     merged: dict[str, Any] = {}
-    file_options = table.get(name, {})
+    origins: dict[str, str] = {}
+    section = next((k for k in (name, *_aliases_of(name)) if k in table), name)
+    file_options = table.get(section, {})
     if not isinstance(file_options, dict):
-        raise ConfigError(f"{where}: [{name}] must be a table of options.")
-    merged.update(file_options)
+        raise ConfigError(f"{where}: [{section}] must be a table of options.")
+    prefix_table = "tool.escher." if path is not None and path.name == "pyproject.toml" else ""
+    for key, value in file_options.items():
+        merged[key] = value
+        origins[key] = f"{where}: [{prefix_table}{section}] {key}"
     prefix = f"ESCHER_{name.upper().replace('-', '_')}_"
     for key, raw in env.items():
         if key.startswith(prefix):
-            merged[key[len(prefix) :].lower()] = _env_value(raw)
-    merged.update(options or {})
+            option = key[len(prefix) :].lower()
+            merged[option] = _env_value(raw)
+            origins[option] = f"environment variable {key}"
+    for key, value in (options or {}).items():
+        merged[key] = value
+        origins[key] = f"argument {key}"
     tables = {k: v for k, v in table.items() if isinstance(v, dict)}
-    return Config(backend=name, options=merged, sources=tuple(sources), tables=tables)
+    return Config(name, merged, tuple(sources), tables, origins)
+
+
+def _aliases_of(name: str) -> list[str]:
+    return [alias for alias, target in ALIASES.items() if target == name]
 
 
 def _check_file_table(table: Mapping[str, Any], where: str) -> None:
-    allowed = set(known_backends()) | set(_ALIASES) | _OTHER_TABLES | {"backend"}
+    allowed = set(known_backends()) | set(ALIASES) | _OTHER_TABLES | {"backend"}
     for key in table:
         if key not in allowed:
             raise ConfigError(

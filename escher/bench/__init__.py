@@ -40,7 +40,7 @@ WORKLOADS: dict[str, tuple[str, str]] = {
     ),
     "gang-ray": (
         "escher.bench.workloads.gang_ray",
-        "Gang latency on a real local Ray cluster (needs escher[ray]): native vs ESL vs app",
+        "Gang latency on a real local Ray cluster (needs escher-sched[ray]): native vs ESL vs app",
     ),
     "fairshare": (
         "escher.bench.workloads.fairshare",
@@ -57,6 +57,15 @@ WORKLOADS: dict[str, tuple[str, str]] = {
 }
 
 
+def check_name(name: str) -> None:
+    """Raise `ValidationError` (with a suggestion) unless `name` is a workload."""
+    if name not in WORKLOADS:
+        raise ValidationError(
+            f"no workload {name!r}; choose one of {sorted(WORKLOADS)}."
+            f"{did_you_mean(name, WORKLOADS)}"
+        )
+
+
 def run(name: str, *, quick: bool = False, seed: int = 0) -> Result:
     """Run one workload and return its `Result` (no files written).
 
@@ -68,14 +77,10 @@ def run(name: str, *, quick: bool = False, seed: int = 0) -> Result:
     Raises:
         ValidationError: unknown workload name.
     """
-    if name not in WORKLOADS:
-        raise ValidationError(
-            f"no workload {name!r}; choose one of {sorted(WORKLOADS)}."
-            f"{did_you_mean(name, WORKLOADS)}"
-        )
+    check_name(name)
     module = importlib.import_module(WORKLOADS[name][0])
     result: Result = module.run(quick=quick, seed=seed)
     return result
 
 
-__all__ = ["WORKLOADS", "Meter", "Result", "Row", "run"]
+__all__ = ["WORKLOADS", "Meter", "Result", "Row", "check_name", "run"]

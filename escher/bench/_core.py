@@ -134,7 +134,7 @@ def pyplot() -> Any:
         from escher.core.errors import EscherError
 
         raise EscherError(
-            "plots need matplotlib: pip install 'escher[plot]' (or run with --no-plot)."
+            "plots need matplotlib: pip install 'escher-sched[plot]' (or run with --no-plot)."
         ) from exc
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -8,9 +8,9 @@ from click.testing import CliRunner
 import escher
 from escher import bench
 from escher.backends.memory import MemoryBackend
-from escher.bench._cli import bench as bench_command
 from escher.bench._core import Link, Meter, percentile, transfer
 from escher.bench.workloads import alphazero, fairshare, gandiva, gang, wordcount
+from escher.cli.bench import bench as bench_command
 
 
 def test_add_duration_extends_a_virtual_task_from_its_body() -> None:

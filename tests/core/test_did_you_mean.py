@@ -1,4 +1,4 @@
-"""`did_you_mean`: suggestions for short ids as well as long names, and none when nothing is close."""
+"""`did_you_mean`: suggestions for short ids as for long names; none when nothing is close."""
 
 from __future__ import annotations
 

@@ -47,7 +47,7 @@ pytestmark = [
 ]
 
 client = pytest.importorskip(
-    "kubernetes.client", reason="needs the kubernetes client (escher[k8s])"
+    "kubernetes.client", reason="needs the kubernetes client (escher-sched[k8s])"
 )
 
 FOO = "escher.io/foo"

@@ -1,6 +1,6 @@
 """The Kubernetes backend: ephemeral resources as node extended resources, tasks as pods.
 
-Needs the official client: ``pip install 'escher[k8s]'``. See docs/kubernetes.md.
+Needs the official client: ``pip install 'escher-sched[k8s]'``. See docs/kubernetes.md.
 """
 
 from escher.backends.kubernetes._names import DEFAULT_DOMAIN

@@ -6,10 +6,17 @@ from typing import Any
 
 import click
 
-from escher.core.errors import EscherError
+from escher.cli.conventions import command, emit
 
 
-@click.command("gc")
+@command(
+    "gc",
+    examples=[
+        "escher gc --dry-run                 # what would be removed",
+        "escher gc --context prod --pods     # also delete escher's pods",
+        "escher gc --label grp --format json",
+    ],
+)
 @click.option("--kubeconfig", default=None, help="kubeconfig file (default: $KUBECONFIG).")
 @click.option("--context", default=None, help="kubeconfig context.")
 @click.option("--in-cluster", is_flag=True, help="Use the pod's service account.")
@@ -27,6 +34,7 @@ def gc(
     labels: tuple[str, ...],
     pods: bool,
     dry_run: bool,
+    fmt: str,
 ) -> None:
     """Remove escher's leftover ephemeral resources from Kubernetes nodes.
 
@@ -45,27 +53,27 @@ def gc(
         "namespace": namespace,
         "domain": domain,
     }
+    config = resolve("kubernetes", {k: v for k, v in given.items() if v is not None})
+    backend: Any = create_backend("kubernetes", config.options, config.origins)
     try:
-        config = resolve("kubernetes", {k: v for k, v in given.items() if v is not None})
-        backend: Any = create_backend("kubernetes", config.options)
-        try:
-            report = collect_garbage(
-                backend.api,
-                backend.names,
-                namespace=backend.namespace,
-                node_selector=",".join(f"{k}={v}" for k, v in backend.node_selector.items())
-                or None,
-                labels=labels or None,
-                pods=pods,
-                dry_run=dry_run,
-            )
-        finally:
-            backend.close()
-    except EscherError as exc:
-        raise click.ClickException(str(exc)) from None
+        report = collect_garbage(
+            backend.api,
+            backend.names,
+            namespace=backend.namespace,
+            node_selector=",".join(f"{k}={v}" for k, v in backend.node_selector.items()) or None,
+            labels=labels or None,
+            pods=pods,
+            dry_run=dry_run,
+        )
+    finally:
+        backend.close()
     verb = "would remove" if dry_run else "removed"
-    for node, resource in report.resources:
-        click.echo(f"{verb} {resource} from node {node}")
-    for pod in report.pods:
-        click.echo(f"{verb} pod {pod}")
-    click.echo(f"{verb} {len(report.resources)} resource(s) and {len(report.pods)} pod(s).")
+    lines = [f"{verb} {resource} from node {node}" for node, resource in report.resources]
+    lines += [f"{verb} pod {pod}" for pod in report.pods]
+    lines.append(f"{verb} {len(report.resources)} resource(s) and {len(report.pods)} pod(s).")
+    data = {
+        "dry_run": dry_run,
+        "resources": [{"node": node, "resource": res} for node, res in report.resources],
+        "pods": list(report.pods),
+    }
+    emit(data, fmt, lambda console: console.print("\n".join(lines), markup=False))

@@ -19,7 +19,7 @@ try:
     from kubernetes.client.exceptions import ApiException
 except ImportError as exc:  # pragma: no cover - exercised through the registry
     raise ImportError(
-        "the Kubernetes backend needs the official client: pip install 'escher[k8s]'"
+        "the Kubernetes backend needs the official client: pip install 'escher-sched[k8s]'"
     ) from exc
 
 __all__ = ["ApiException", "KubeApi", "connect"]

@@ -110,7 +110,7 @@ class RayBackend(Backend):
             import ray
         except ImportError as exc:  # pragma: no cover - the registry reports it first
             raise BackendUnavailableError(
-                f"the ray backend needs Ray ({exc}): pip install 'escher[ray]'"
+                f"the ray backend needs Ray ({exc}): pip install 'escher-sched[ray]'"
             ) from exc
         if mode not in MODES:
             raise ConfigError(f"mode must be one of {MODES}, got {mode!r}.")

@@ -119,7 +119,7 @@ def _start_cluster() -> tuple[Any, Backend]:
         from ray.cluster_utils import Cluster
     except ImportError as exc:
         raise BackendUnavailableError(
-            f"the gang-ray workload needs Ray ({exc}): pip install 'escher[ray]'"
+            f"the gang-ray workload needs Ray ({exc}): pip install 'escher-sched[ray]'"
         ) from None
     from escher.backends.ray import RayBackend
 

@@ -50,7 +50,7 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
         if not have:
             item.add_marker(pytest.mark.skip(reason=SKIP_REASON))
         elif not have_client:
-            item.add_marker(pytest.mark.skip(reason="needs pip install 'escher[k8s]'"))
+            item.add_marker(pytest.mark.skip(reason="needs pip install 'escher-sched[k8s]'"))
 
 
 @dataclass
@@ -84,7 +84,7 @@ def k8s_cluster() -> Iterator[K8sCluster]:
     """Control plane + fake nodes + exec kubelet, shared by every k8s test."""
     if not binaries_available():
         pytest.skip(SKIP_REASON)
-    pytest.importorskip("kubernetes", reason="needs pip install 'escher[k8s]'")
+    pytest.importorskip("kubernetes", reason="needs pip install 'escher-sched[k8s]'")
     from tests.support.exec_kubelet import ExecKubelet
 
     with ControlPlane() as cp:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("kubernetes", reason="needs pip install 'escher[k8s]'")
+pytest.importorskip("kubernetes", reason="needs pip install 'escher-sched[k8s]'")
 
 from escher.backends.kubernetes._names import (
     Names,

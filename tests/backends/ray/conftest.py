@@ -62,7 +62,7 @@ def stop_cluster(cluster: Any) -> None:
 def ray_cluster() -> Iterator[Any]:
     """The session's shared cluster (started on first use)."""
     if ray is None:
-        pytest.skip("Ray is not installed: pip install 'escher[ray]'")
+        pytest.skip("Ray is not installed: pip install 'escher-sched[ray]'")
     if ray.is_initialized():
         ray.shutdown()
     cluster = start_cluster(WORKERS)

@@ -1,4 +1,4 @@
-"""The paper's load-balancing + co-location example, as `escher demo` runs it.
+"""``escher demo``: the paper's load-balancing + co-location example, on any backend.
 
 Pairs of tasks are co-located (each pair on one node) and the pairs are spread over the
 nodes by a load balancer: the composition the ESCHER paper uses for AlphaZero-style actors.
@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import math
 
+import click
+from rich.table import Table
+
 import escher
 from escher.backends.base import Backend
-from escher.esl._colocation import CoLocation
-from escher.esl._spread import LoadBalance
+from escher.cli.conventions import backend_option, command, emit
+from escher.esl import CoLocation, LoadBalance
 
-#: The cluster used when no backend is given: four nodes of 4 CPUs.
+#: The cluster `run_demo` builds when it is given no backend: four nodes of 4 CPUs.
 DEMO_NODES = {f"node-{i}": {"CPU": 4} for i in range(1, 5)}
 
 
@@ -56,3 +59,31 @@ def run_demo(backend: Backend | None = None, pairs: int = 4) -> list[tuple[str, 
     finally:
         if own:
             backend.close()
+
+
+@command(
+    "demo",
+    examples=[
+        "escher demo                       # in memory: four nodes of 4 CPUs",
+        "escher demo --backend ray --pairs 8",
+        "escher demo --format json | jq '.placements[].node'",
+    ],
+)
+@backend_option
+@click.option(
+    "--pairs", default=4, show_default=True, type=click.IntRange(1, 10_000), help="Task pairs."
+)
+def demo(backend_name: str | None, pairs: int, fmt: str) -> None:
+    """Run the paper's load-balancing + co-location example and show where tasks ran."""
+    with escher.init(backend_name) as backend:
+        placements = run_demo(backend, pairs=pairs)
+    table = Table(title=f"load balancing + co-location on {backend.name}")
+    table.add_column("task")
+    table.add_column("node")
+    for task_name, node_id in placements:
+        table.add_row(task_name, node_id)
+    data = {
+        "backend": backend.name,
+        "placements": [{"task": task, "node": node} for task, node in placements],
+    }
+    emit(data, fmt, table)

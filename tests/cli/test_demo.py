@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections import Counter
 
 from escher.backends.memory import MemoryBackend
-from escher.esl.demo import run_demo
+from escher.cli.demo import run_demo
 
-from .conftest import ephemeral_labels
+
+def ephemeral_labels(backend: MemoryBackend) -> set[str]:
+    return {label for n in backend.get_cluster_state().nodes.values() for label in n.ephemeral}
 
 
 def check(placements: list[tuple[str, str]], per_node: int) -> None:

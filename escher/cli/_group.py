@@ -1,0 +1,108 @@
+"""The `escher` group: commands loaded when used, suggestions for mistyped names."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import click
+
+from escher.backends._registry import install_command
+from escher.cli.conventions import EscherCommand, ExitCode, fail, format_option
+from escher.core.errors import did_you_mean
+
+
+@dataclass(frozen=True)
+class CommandEntry:
+    """Where a subcommand lives.
+
+    Attributes:
+        target: ``"package.module:attribute"`` of the click command, imported when used.
+        extra: The optional extra its module needs (``"k8s"``), named when it is missing.
+    """
+
+    target: str
+    extra: str | None = None
+
+
+class EscherGroup(click.Group):
+    """A click group whose subcommands come from a table of `CommandEntry`, imported lazily.
+
+    A subcommand whose module cannot be imported (its extra is missing) is listed with the
+    install command and fails with `ExitCode.UNAVAILABLE`; a mistyped one gets a suggestion.
+    """
+
+    def __init__(self, *args: Any, lazy: Mapping[str, CommandEntry], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = dict(lazy)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        """Every subcommand name, sorted."""
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        """Import subcommand `cmd_name` (or a stub that says what to install)."""
+        entry = self.lazy.get(cmd_name)
+        if entry is None:
+            return super().get_command(ctx, cmd_name)
+        module_name, _, attr = entry.target.partition(":")
+        try:
+            loaded = getattr(importlib.import_module(module_name), attr)
+        except ImportError as exc:
+            return _unavailable(cmd_name, entry, exc)
+        return loaded if isinstance(loaded, click.Command) else None
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """Find the subcommand; an unknown name fails with a suggestion and exit code 3."""
+        name = click.utils.make_str(args[0])
+        if (
+            not ctx.resilient_parsing
+            and not name.startswith("-")
+            and self.get_command(ctx, name) is None
+        ):
+            choices = self.list_commands(ctx)
+            ctx.fail(f"no command {name!r}.{did_you_mean(name, choices)}")
+        return super().resolve_command(ctx, args)
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """Parse the group's own options; mistakes exit with `ExitCode.BAD_INPUT`."""
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:
+            exc.exit_code = ExitCode.BAD_INPUT
+            raise
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the subcommand; usage mistakes (also in commands without the conventions) exit 3."""
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:
+            exc.exit_code = ExitCode.BAD_INPUT
+            raise
+
+
+def _unavailable(name: str, entry: CommandEntry, exc: ImportError) -> click.Command:
+    hint = install_command(entry.extra) if entry.extra else f"the module {entry.target}"
+    missing = exc.name or str(exc)
+
+    @click.command(
+        name,
+        cls=EscherCommand,
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+        help=f"Not available here ({missing} is not installed): {hint}.",
+        short_help=f"(not installed: {hint})",
+        examples=[f"{hint}   # then: escher {name} --help"],
+    )
+    @format_option
+    def stub(fmt: str) -> None:
+        fail(
+            f"'escher {name}' is not available here: it needs {missing}. Install it with: {hint}",
+            ExitCode.UNAVAILABLE,
+            kind="BackendUnavailableError",
+        )
+
+    return stub
