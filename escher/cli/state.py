@@ -17,10 +17,8 @@ from escher.core.cluster import ClusterState
 
 
 def backend_facts(backend: Backend) -> dict[str, Any]:
-    """A backend's own facts (e.g. Ray's mode), from ``Backend.describe()`` when it has one."""
-    describe = getattr(backend, "describe", None)
-    facts = describe() if callable(describe) else {}
-    return dict(facts) if isinstance(facts, Mapping) else {}
+    """A backend's own facts (``Backend.describe()``: capabilities, Ray's mode, ...)."""
+    return dict(backend.describe())
 
 
 def _fmt(mapping: Mapping[str, Any]) -> str:
@@ -31,6 +29,13 @@ def _num(value: Any) -> str:
     if isinstance(value, int | float) and not isinstance(value, bool) and value >= 2**20:
         return f"{value / 2**30:.1f}Gi"
     return str(value)
+
+
+def _facts(facts: Mapping[str, Any]) -> str:
+    return "; ".join(
+        f"{k} {', '.join(map(str, v)) if isinstance(v, list | tuple) else v}"
+        for k, v in facts.items()
+    )
 
 
 def _table(snapshot: ClusterState, backend: Backend) -> Table:
@@ -70,7 +75,8 @@ def state(backend_name: str | None, as_json: bool, fmt: str) -> None:
 
     def text(console: Console) -> None:
         console.print(_table(snapshot, backend))
-        if facts:
-            console.print(escape(f"{backend.name}: " + _fmt(facts)))
+        shown = {k: v for k, v in facts.items() if k != "name"}
+        if shown:
+            console.print(escape(f"{backend.name} backend: " + _facts(shown)))
 
     emit(snapshot.to_dict(), fmt, text)
