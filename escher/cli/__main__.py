@@ -2,4 +2,5 @@
 
 from escher.cli import main
 
-main(prog_name="escher")
+if __name__ == "__main__":
+    main(prog_name="escher")
