@@ -17,6 +17,7 @@ from escher.esl._base import ESL, Action, Constraint, PlanParts, Policy, Recover
 from escher.esl._colocation import CoLocation, Group
 from escher.esl._compose import AllOf, FirstOf, Requests, SoftConstraints, SoftTaskRef
 from escher.esl._deadline_check import Busy, DeadlineCheck, check_deadlines
+from escher.esl._explain import Contribution, LabelNote
 from escher.esl._fair import Bound, FairShare, Priority, WeightedFairQueue
 from escher.esl._gang import Gang, GangRun, Member
 from escher.esl._locality import DataLocality
@@ -54,6 +55,7 @@ __all__ = [
     "Busy",
     "CoLocation",
     "Constraint",
+    "Contribution",
     "DataLocality",
     "DeadlineCheck",
     "DeadlineJob",
@@ -69,6 +71,7 @@ __all__ = [
     "Greedy",
     "Group",
     "JobHandle",
+    "LabelNote",
     "LoadBalance",
     "Member",
     "Observation",

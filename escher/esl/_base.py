@@ -26,6 +26,7 @@ from escher.core.nodespec import NodeSpec, NodeSpecLike
 from escher.core.plan import Intent, Plan
 from escher.core.resources import Resources, validate_label
 from escher.core.task import TaskRef, TaskSpec
+from escher.esl._explain import Contribution, ledger_contribution
 
 log = logging.getLogger("escher.esl")
 
@@ -477,6 +478,16 @@ class ESL(Policy):
 
     def _recorder(self) -> Callable[[str, str, float], None] | None:
         return self._record
+
+    def contribution(self, ref: TaskRef) -> Contribution | None:
+        """What this ESL adds to `ref`'s request, for explainers (`escher.why`).
+
+        The explain hook: the labels of the task's request this ESL owns, what each stands
+        for, which it creates later, and any reason of its own to hold the task back. The
+        default reads the ledger (`escher.esl._explain.ledger_contribution`); override it
+        to speak in the ESL's own terms. None if the task requests none of its labels.
+        """
+        return ledger_contribution(self, ref)
 
     def ledger(self) -> dict[str, dict[str, float]]:
         """label -> node -> capacity of every resource this ESL set (a copy)."""

@@ -26,6 +26,7 @@ from escher.core.plan import Colocated
 from escher.core.resources import MAX_CAPACITY, Resources
 from escher.core.task import TaskRef
 from escher.esl._base import ESL, Action, Constraint, PlanParts, Policy, _delete_all, log
+from escher.esl._explain import Contribution, LabelNote
 
 
 class Group(Policy):
@@ -399,6 +400,27 @@ class CoLocation(ESL):
         with self._lock:
             self._retry_armed = False
         self._place_pending()
+
+    def contribution(self, ref: TaskRef) -> Contribution | None:
+        """The groups whose label `ref` requests, in the user's terms (see `ESL.contribution`).
+
+        A known group's label is created later while the group waits for a node with room
+        for all its members (`need`); an unknown group's, until its first member starts.
+        """
+        request = ref.spec.resources
+        notes: dict[str, LabelNote] = {}
+        for group in list(self.groups.values()):
+            if group.label not in request:
+                continue
+            if group.known:
+                where = f" ({group.node})" if group.node is not None else ""
+                later, meaning = group.node is None, f"the node of group {group.name!r}{where}"
+            else:
+                later = not any(member.started() for member in list(group.refs))
+                meaning = f"the node where group {group.name!r}'s first member runs"
+            need = group.need if later and group.known else None
+            notes[group.label] = LabelNote(group.source, meaning, later, need, "group")
+        return Contribution(self.source, notes) if notes else None
 
     def plan_parts(self, count: int, resources: Resources) -> PlanParts:
         """Every group's parts merged (declare groups one by one for per-group tasks)."""

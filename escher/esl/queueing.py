@@ -37,6 +37,7 @@ from escher.core.nodespec import NodeSpecLike
 from escher.core.resources import Resources
 from escher.core.task import TaskRef, TaskSpec
 from escher.esl._base import ESL, Constraint, build_spec, node_ids, split_options
+from escher.esl._explain import Contribution, LabelNote
 
 __all__ = [
     "DRF",
@@ -483,6 +484,43 @@ class QueueingPolicy(ESL):
             self.finished += 1
         if not self._closed:
             self._request_cycle()
+
+    def contribution(self, ref: TaskRef) -> Contribution | None:
+        """The user quota `ref` waits for, in the user's terms (see `ESL.contribution`).
+
+        Quotas are re-planned on every submission and completion, so a task held by one
+        waits for the policy: its labels are marked `later`, and `waiting` says where the
+        task stands in its user's queue and what the user's quota is now.
+        """
+        request = ref.spec.resources
+        with self._lock:
+            found = next(
+                (
+                    (user, {r: label for r, label in labels.items() if label in request})
+                    for user, labels in self._users.items()
+                    if any(label in request for label in labels.values())
+                ),
+                None,
+            )
+            if found is None:
+                return None
+            user, owned = found
+            queued = list(self._queued[user])
+            quota: Vector = {}
+            for per_node in self._quotas.get(user, {}).values():
+                for r, q in per_node.items():
+                    quota[r] = quota.get(r, 0.0) + q
+        source = f"{self.source}.user({user!r})"
+        notes = {
+            label: LabelNote(source, f"user {user!r}'s quota of {r}", later=True, kind="quota")
+            for r, label in owned.items()
+        }
+        place = f"{queued.index(ref.id) + 1} of {len(queued)}" if ref.id in queued else "not"
+        shown = ", ".join(f"{r}={q:g}" for r, q in sorted(quota.items())) or "none"
+        waiting = (
+            f"user {user!r}: {place} queued under {self._ordering.name}; its quota now: {shown}"
+        )
+        return Contribution(self.source, notes, waiting, "quota")
 
     # --- the cycle ---------------------------------------------------------------------
     def _request_cycle(self) -> None:
