@@ -11,13 +11,14 @@ from escher.backends._registry import (
     known_backends,
     register_backend,
 )
-from escher.backends.base import Backend, Capability, GarbageReport
+from escher.backends.base import Backend, Capability, GarbageReport, PendingTask
 
 __all__ = [
     "Backend",
     "BackendEntry",
     "Capability",
     "GarbageReport",
+    "PendingTask",
     "create_backend",
     "get_backend_class",
     "known_backends",

@@ -30,7 +30,7 @@ import uuid
 import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
 from escher.core.clock import Clock
@@ -75,6 +75,25 @@ class GarbageReport:
     dry_run: bool = False
 
 
+@dataclass(frozen=True)
+class PendingTask:
+    """A pending task of another session on the same cluster (`Backend.pending_elsewhere`).
+
+    Attributes:
+        id: The cluster's id for it (e.g. the pod's name).
+        name: The task's name.
+        resources: Its request, in escher's resource names.
+        session_id: The session that launched it.
+        facts: The cluster's own facts about it, as `Backend.describe_task` gives them.
+    """
+
+    id: str
+    name: str
+    resources: Resources
+    session_id: str = ""
+    facts: Mapping[str, Any] = field(default_factory=dict)
+
+
 #: The methods a backend must override to claim a capability.
 REQUIRED_METHODS: Mapping[Capability, tuple[str, ...]] = {
     Capability.ATOMIC_GANG: ("_launch_gang",),
@@ -106,6 +125,7 @@ class Backend(ABC):
     _live_lock: threading.Lock
     _live: dict[str, TaskRef]
     _policies: weakref.WeakSet[Any]
+    _gang_members: dict[str, tuple[TaskRef, ...]]
     #: Unique per backend object: what it creates on a shared cluster is marked with it.
     session_id: str
 
@@ -114,6 +134,7 @@ class Backend(ABC):
         self._live_lock = threading.Lock()
         self._live = {}
         self._policies = weakref.WeakSet()
+        self._gang_members = {}
         self.session_id = uuid.uuid4().hex[:12]
         return self
 
@@ -252,7 +273,13 @@ class Backend(ABC):
             )
         for spec in specs:
             self._check_request(spec.resources)
-        return [self._track(ref) for ref in self._launch_gang(list(specs))]
+        refs = [self._track(ref) for ref in self._launch_gang(list(specs))]
+        members = tuple(refs)
+        with self._live_lock:
+            for ref in refs:
+                if ref.id in self._live:
+                    self._gang_members[ref.id] = members
+        return refs
 
     def _launch_gang(self, specs: list[TaskSpec]) -> list[TaskRef]:
         raise UnsupportedError(f"the {self.name} backend has no atomic gang placement.")
@@ -272,6 +299,7 @@ class Backend(ABC):
     def _untrack(self, ref: TaskRef) -> None:
         with self._live_lock:
             self._live.pop(ref.id, None)
+            self._gang_members.pop(ref.id, None)
 
     def tasks(self) -> list[TaskRef]:
         """Tasks launched through this backend object that are not final, oldest first."""
@@ -285,6 +313,23 @@ class Backend(ABC):
         JSON-ready data. The default knows nothing beyond the handle.
         """
         return {}
+
+    def gang_of(self, ref: TaskRef) -> tuple[TaskRef, ...]:
+        """The members of the atomic gang (`launch_gang`) `ref` belongs to; () if none.
+
+        Known while `ref` is not final.
+        """
+        with self._live_lock:
+            return self._gang_members.get(ref.id, ())
+
+    def pending_elsewhere(self) -> list[PendingTask]:
+        """Pending tasks that other sessions launched on the same cluster (not through
+        this backend object), for explainers run from another process (`escher why`).
+
+        A backend whose tasks are visible cluster-wide (Kubernetes pods) lists them; the
+        default knows none (the in-memory backend's tasks live only in their process).
+        """
+        return []
 
     def attach_policy(self, policy: Any) -> None:
         """Record a policy (ESL) bound to this backend; held weakly."""

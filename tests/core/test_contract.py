@@ -96,3 +96,16 @@ def test_cancelled_handle_refuses_to_start() -> None:
     assert not ref.set_running("n1") and not ref.started()
     with pytest.raises(TaskCancelledError):
         ref.result(0)
+
+
+def test_gang_of_names_the_members_while_they_live() -> None:
+    from escher.backends.memory import MemoryBackend
+    from escher.core.task import TaskSpec
+
+    with MemoryBackend({"n1": {"CPU": 1}}) as backend:
+        assert backend.pending_elsewhere() == []
+        specs = [TaskSpec(fn=lambda: 1, resources={"CPU": 1}) for _ in range(2)]
+        refs = backend.launch_gang(specs)  # 2 CPUs on a 1-CPU cluster: waits
+        assert backend.gang_of(refs[0]) == tuple(refs)
+        refs[0].cancel()
+        assert backend.gang_of(refs[1]) == ()
