@@ -10,6 +10,8 @@ Quick start::
         print(escher.get(ref))  # n2
 """
 
+from typing import TYPE_CHECKING
+
 from escher._api import (
     RemoteFunction,
     Session,
@@ -47,7 +49,24 @@ from escher.core.plan import Plan
 from escher.core.resources import MAX_CAPACITY, Resources
 from escher.core.task import Status, StatusCode, TaskRef, TaskState
 
+if TYPE_CHECKING:  # pragma: no cover
+    from escher.backends.base import Backend
+    from escher.explain import WhyResult
+
 __version__ = "0.1.0"
+
+
+def why(handle: "TaskRef", *, backend: "Backend | None" = None) -> "WhyResult":
+    """Why is this task pending? See `escher.explain.why` (imported when first used).
+
+    Returns:
+        An `escher.explain.WhyResult`: placeable now, waiting for a policy, blocked by a
+        minimal conflict of policies and capacities, or never; with the per-node breakdown.
+    """
+    from escher.explain import why as explain_why
+
+    return explain_why(handle, backend=backend)
+
 
 __all__ = [
     "MAX_CAPACITY",
@@ -88,4 +107,5 @@ __all__ = [
     "set_resources",
     "shutdown",
     "task",
+    "why",
 ]

@@ -1,0 +1,44 @@
+"""Explain and preview on a live cluster: why a task is pending, what-if replays, a live view.
+
+```python
+import escher
+
+with escher.init(nodes={"n1": {"CPU": 2}}):
+    ref = escher.launch(lambda: 1, resources={"CPU": 4})
+    print(escher.why(ref).render())   # never: no node has CPU 4 in total
+```
+
+See docs/tutorials/why-pending.md.
+"""
+
+from escher.explain._analysis import analyse, minimal_hitting_set
+from escher.explain._result import (
+    EXIT_CODES,
+    Breakdown,
+    Capacity,
+    Conflict,
+    NodeCheck,
+    Requirement,
+    Verdict,
+    WaitReason,
+    WhyResult,
+)
+from escher.explain._why import Explainer, why, why_all, why_request
+
+__all__ = [
+    "EXIT_CODES",
+    "Breakdown",
+    "Capacity",
+    "Conflict",
+    "Explainer",
+    "NodeCheck",
+    "Requirement",
+    "Verdict",
+    "WaitReason",
+    "WhyResult",
+    "analyse",
+    "minimal_hitting_set",
+    "why",
+    "why_all",
+    "why_request",
+]
