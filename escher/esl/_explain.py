@@ -13,13 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from escher.core.resources import Resources
 from escher.core.task import TaskRef
-
-if TYPE_CHECKING:  # pragma: no cover
-    from escher.esl._base import ESL
 
 
 @dataclass(frozen=True)
@@ -83,8 +80,11 @@ class Contribution:
         }
 
 
-def ledger_contribution(esl: ESL, ref: TaskRef) -> Contribution | None:
+def ledger_contribution(esl: Any, ref: TaskRef) -> Contribution | None:
     """The default `ESL.contribution`: the labels of `ref`'s request in the ESL's ledger.
+
+    `esl` is an `escher.esl.ESL` (typed loosely so this module imports nothing of the ESLs:
+    explainers import it without the policies).
 
     A label the ESL owns but has set on no node yet (recorded with `ESL.own`) is one it, or
     one of its tasks, creates later. Returns None when the task requests none of its labels.
