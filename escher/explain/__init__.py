@@ -8,7 +8,8 @@ with escher.init(nodes={"n1": {"CPU": 2}}):
     print(escher.why(ref).render())   # never: no node has CPU 4 in total
 ```
 
-See docs/tutorials/why-pending.md.
+`what_if` and `Recorder` (escher.explain.whatif) replay workloads in virtual time; `escher
+view` serves a live page. See docs/tutorials/why-pending.md and docs/explain.md.
 """
 
 from escher.explain._analysis import analyse, minimal_hitting_set
@@ -24,6 +25,7 @@ from escher.explain._result import (
     WhyResult,
 )
 from escher.explain._why import Explainer, why, why_all, why_request
+from escher.explain._workload import TaskTiming, Workload
 
 __all__ = [
     "EXIT_CODES",
@@ -33,9 +35,11 @@ __all__ = [
     "Explainer",
     "NodeCheck",
     "Requirement",
+    "TaskTiming",
     "Verdict",
     "WaitReason",
     "WhyResult",
+    "Workload",
     "analyse",
     "minimal_hitting_set",
     "why",

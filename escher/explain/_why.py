@@ -156,9 +156,10 @@ class Explainer:
             waits = self._placeable_waits(subject, found)
             shown = ", ".join(found.fits[:3]) + (" ..." if len(found.fits) > 3 else "")
             kinds = ", ".join(dict.fromkeys(w.kind for w in waits))
+            then = f"; it waits for {kinds}" if kinds else ""
             return WhyResult(
                 verdict=Verdict.PLACEABLE,
-                summary=f"it fits on {len(found.fits)} node(s) now ({shown}); waits for {kinds}.",
+                summary=f"it fits on {len(found.fits)} node(s) now ({shown}){then}.",
                 waiting=tuple(waits),
                 **base,
             )
@@ -262,7 +263,7 @@ class Explainer:
                         "queue", f"{ahead} older pending task(s) ask for some of the same resources"
                     )
                 )
-        if not waits:
+        if not waits and (ref is not None or subject.facts):
             message = subject.facts.get("scheduler_message") or (
                 "the backend's scheduler has not placed it yet"
             )
