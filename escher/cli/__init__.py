@@ -26,6 +26,7 @@ COMMANDS: dict[str, CommandEntry] = {
     "gc": CommandEntry("escher.backends.kubernetes._cli:gc", extra="k8s"),
     "state": CommandEntry("escher.cli.state:state"),
     "verify": CommandEntry("escher.verify._cli:verify"),
+    "view": CommandEntry("escher.explain._view_cli:view", extra="view"),
     "what-if": CommandEntry("escher.explain._whatif_cli:what_if_command"),
     "why": CommandEntry("escher.explain._why_cli:why"),
 }

@@ -31,11 +31,20 @@ def _verify_args(tmp: Path) -> list[str]:
     return [str(tmp / "plan.json"), "--cluster", str(tmp / "cluster.json")]
 
 
+def _what_if_args(tmp: Path) -> list[str]:
+    (tmp / "cluster.json").write_text(json.dumps(CLUSTER))
+    workload = {"plan": PLAN, "tasks": {"t": {"duration": 1}}}
+    (tmp / "workload.json").write_text(json.dumps(workload))
+    return [str(tmp / "workload.json"), "--cluster", str(tmp / "cluster.json")]
+
+
 #: Arguments that make a command do real work (quickly, in memory or in files).
 ARGS: dict[str, Callable[[Path], list[str]]] = {
     "bench": lambda tmp: ["gandiva", "--quick", "--no-plot", "--out", str(tmp)],
     "gc": lambda tmp: ["--dry-run", "--kubeconfig", str(tmp / "no-such-kubeconfig")],
     "verify": _verify_args,
+    "view": lambda tmp: ["--for", "0.2"],
+    "what-if": _what_if_args,
 }
 
 
