@@ -4,6 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python -m pip install -q -e '.[all]'
 if [ -x scripts/provision-k8s.sh ]; then bash scripts/provision-k8s.sh; fi
+bash scripts/ci-browser.sh   # headless Chromium for the browser tests of escher view
 # The same gates as CI: lint, format, types (fail fast, before the long suite).
 ruff check escher tests bench
 ruff format --check escher tests bench
