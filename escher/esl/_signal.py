@@ -18,7 +18,9 @@ from escher.core.errors import ValidationError
 from escher.core.nodespec import NodeSpecLike
 from escher.core.plan import SpreadAtMost
 from escher.core.resources import MAX_CAPACITY, Resources
+from escher.core.task import TaskRef
 from escher.esl._base import ESL, Action, Constraint, Policy, node_ids
+from escher.esl._explain import Contribution, LabelNote
 from escher.esl._fair import Bound
 
 _EVERYWHERE: dict[str, float] = {}  # node_spec {}: every alive node
@@ -93,6 +95,21 @@ class Signals(ESL):
     def __init__(self, backend: Backend | None = None, *, name: str | None = None) -> None:
         super().__init__(backend, name=name)
         self.events: dict[str, Event] = {}
+
+    def contribution(self, ref: TaskRef) -> Contribution | None:
+        """The events `ref` waits for, by name (see `ESL.contribution`)."""
+        request = ref.spec.resources
+        notes = {
+            event.label: LabelNote(
+                f"{self.source}.event({name!r})",
+                f"event {name!r}, set when a setter task returns or set() is called",
+                later=True,
+                kind="signal",
+            )
+            for name, event in list(self.events.items())
+            if event.label in request
+        }
+        return Contribution(self.source, notes) if notes else None
 
     def event(self, name: str) -> Event:
         """The event called `name` (created on first use)."""
