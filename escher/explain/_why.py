@@ -182,7 +182,18 @@ class Explainer:
                 f" No node has {', '.join(orphans)} and no policy of this process owns it: "
                 "create it with escher.set_resource, or drop it from the request."
             )
-        return WhyResult(verdict=Verdict.BLOCKED, summary=summary, conflict=found.conflict, **base)
+        policy_waits = tuple(
+            WaitReason(c.wait_kind or "resource", c.waiting, c.source)
+            for c in contributions
+            if c.waiting
+        )
+        return WhyResult(
+            verdict=Verdict.BLOCKED,
+            summary=summary,
+            conflict=found.conflict,
+            waiting=policy_waits,
+            **base,
+        )
 
     def _never_later(
         self,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -82,13 +83,17 @@ def test_waiting_for_a_group_that_waits_for_room(release: threading.Event) -> No
 def test_waiting_for_a_users_quota(release: threading.Event) -> None:
     with escher.init(nodes={"n1": {"CPU": 1}}):
         queue = QueueingPolicy("fifo", name="q")
-        queue.submit(_hold, release, user="ann", resources={"CPU": 1})
+        first = queue.submit(_hold, release, user="ann", resources={"CPU": 1})
+        deadline = time.monotonic() + 10
+        while not first.started() and time.monotonic() < deadline:  # the policy's first cycle
+            time.sleep(0.01)
+        assert first.started()
         second = queue.submit(lambda: 1, user="ann", resources={"CPU": 1})
         result = escher.why(second)
-    assert result.verdict in (Verdict.WAITING, Verdict.BLOCKED)
-    kinds = {w.kind for w in result.waiting}
-    if result.verdict is Verdict.WAITING:
-        assert "quota" in kinds
+    assert result.verdict is Verdict.BLOCKED  # the one CPU is busy: it waits for room
+    assert result.conflict is not None and result.conflict.frees_up
+    (quota,) = result.waiting  # and the policy says where it stands in ann's queue
+    assert quota.kind == "quota" and "user 'ann': 1 of 1 queued" in quota.text
     assert any(p["source"] == "QueueingPolicy('q')" for p in result.policies)
 
 
