@@ -211,9 +211,11 @@ class TaskRef:
         return self._error
 
     def cancel(self) -> bool:
-        """Cancel the task if it has not started. True if it will never run.
+        """Cancel the task if it has not started. True if it will never run (again).
 
-        A task that already started is not interrupted: this returns False.
+        A task that already started is not interrupted: this returns False. A task waiting
+        to be retried after its node was lost can be cancelled: no further attempt runs,
+        and `attempts` tells that an earlier one did (execution is at-least-once).
         """
         if self.done():
             return self._state is TaskState.CANCELLED

@@ -188,7 +188,8 @@ class StressReport:
         lost: Tasks whose handle says FINISHED without a run that ended, or with another
             task's value, or FAILED for no reason escher gives.
         doubled: Tasks whose body ran more often than escher started them.
-        ran_cancelled: Tasks that ran although `cancel()` said they never would.
+        ran_cancelled: Tasks that ran although `cancel()` said they never would (a task
+            whose retry was cancelled may have run in the attempts before).
         half_placed: Gangs with some members started and others never.
         hung: API calls slower than `op_timeout`, and handles not final after the drain.
         raw_errors: Exceptions from escher calls that are not escher errors.
@@ -742,13 +743,14 @@ class _Stress:
         if not ref.done():
             report.hung.append(f"task {task.key} ({ref.id}) still {ref.state.value}: {ref.status}")
             return
-        if runs > ref.attempts or (runs > 1 and ref.retries == 0):
+        if runs > ref.attempts or (runs > 1 and ref.retries == 0):  # includes cancelled ones
             report.doubled.append(
                 f"task {task.key}: body ran {runs} times, started {ref.attempts}, "
                 f"retried {ref.retries}"
             )
         if ref.state is TaskState.CANCELLED:
-            if runs:
+            # a retry can be cancelled: the attempts before it may have run (at-least-once)
+            if runs and not ref.attempts:
                 report.ran_cancelled.append(f"task {task.key}: cancelled, ran {runs} times")
             return
         if task.cancel_said:
