@@ -102,6 +102,7 @@ class Explainer:
         self.backend = backend
         self.state = backend.get_cluster_state() if state is None else state
         self._live: list[TaskRef] | None = None
+        self._analyses: dict[tuple[Resources, frozenset[tuple[str, LabelNote]]], Analysis] = {}
 
     def live(self) -> list[TaskRef]:
         """The backend's live tasks, oldest first (read once)."""
@@ -139,7 +140,10 @@ class Explainer:
     # --- the verdicts ---------------------------------------------------------------------
     def _pending(self, subject: _Subject, contributions: list[Contribution]) -> WhyResult:
         notes = _notes(contributions)
-        found = analyse(subject.request, self.state, notes)
+        key = (subject.request, frozenset(notes.items()))
+        found = self._analyses.get(key)
+        if found is None:  # tasks alike (same request, same policies) share one analysis
+            found = self._analyses[key] = analyse(subject.request, self.state, notes)
         policies = tuple(c.to_dict() for c in contributions)
         base: dict[str, Any] = {
             "task": subject.view(),
