@@ -10,6 +10,7 @@ Quick start::
         print(escher.get(ref))  # n2
 """
 
+from importlib import metadata as _metadata
 from typing import TYPE_CHECKING
 
 from escher._api import (
@@ -53,7 +54,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from escher.backends.base import Backend
     from escher.explain import WhyResult
 
-__version__ = "0.1.0"
+try:
+    __version__ = _metadata.version("escher")  # one source: pyproject.toml
+except _metadata.PackageNotFoundError:  # pragma: no cover - run from a tree never installed
+    __version__ = "0+unknown"
 
 
 def why(handle: "TaskRef", *, backend: "Backend | None" = None) -> "WhyResult":

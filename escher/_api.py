@@ -16,7 +16,7 @@ from escher.core.context import current_task
 from escher.core.errors import GetTimeoutError, NotInitializedError, NotInTaskError
 from escher.core.nodespec import NodeSpecLike
 from escher.core.resources import Resources
-from escher.core.task import TaskRef, TaskSpec
+from escher.core.task import TASK_OPTIONS, TaskRef, TaskSpec
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -265,7 +265,7 @@ class RemoteFunction(Generic[P, R]):
         return self._fn(*args, **kwargs)
 
 
-_TASK_OPTIONS = frozenset({"resources", "name", "max_retries", "retry_exceptions", "duration"})
+_TASK_OPTIONS = frozenset({"resources", "name", *TASK_OPTIONS})
 
 
 @overload

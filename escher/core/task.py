@@ -111,6 +111,11 @@ class TaskSpec:
             raise ValidationError(f"{self.fn!r} is not callable.")
 
 
+#: Keyword options of a task besides its body, arguments, request and name: what
+#: `escher.launch` and every ESL's ``launch`` take and pass on to `TaskSpec`.
+TASK_OPTIONS: tuple[str, ...] = ("max_retries", "retry_exceptions", "duration")
+
+
 class TaskRef:
     """A handle to a launched task. Backends drive it; users wait on it and cancel it.
 
