@@ -21,8 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from escher.backends.memory import MemoryBackend
-from escher.esl.adaptive import AdaptivePolicy
-from escher.esl.queueing import QueueingPolicy
+from escher.esl.queueing import AdaptivePolicy, QueueingPolicy
 
 NODES = {f"m{i}": {"CPU": 8, "memory": 16} for i in range(5)}  # memory in GB
 FIXED = ("fifo", "drf", "fair-threads", "fair-memory")

@@ -34,6 +34,14 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_./:-]{0,251}[A-Za-z0-9])?$")
 ResourceLike: TypeAlias = "Resources | Mapping[str, float] | None"
 
 
+def fits(request: Mapping[str, float], available: Mapping[str, float]) -> bool:
+    """True if `available` covers every quantity of `request` (within `EPSILON`).
+
+    The one rule for "does this request fit"; `Resources.fits_in` is the same test.
+    """
+    return all(available.get(name, 0.0) + EPSILON >= q for name, q in request.items())
+
+
 def validate_name(name: object) -> str:
     """Return `name` if it can name a resource in a request or on a node.
 
@@ -178,8 +186,8 @@ class Resources(Mapping[str, float]):
     __rmul__ = __mul__
 
     def fits_in(self, available: Mapping[str, float]) -> bool:
-        """True if every quantity here is covered by `available`."""
-        return all(available.get(name, 0.0) + EPSILON >= q for name, q in self._data.items())
+        """True if every quantity here is covered by `available` (see `fits`)."""
+        return fits(self._data, available)
 
     def shortfall(self, available: Mapping[str, float]) -> Resources:
         """What `available` lacks to cover this vector (empty if it fits)."""

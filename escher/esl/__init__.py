@@ -13,31 +13,46 @@ Example (the paper's co-location + load balancing)::
         refs = [pair.launch(work) for pair in pairs for _ in range(2)]
 """
 
-from escher.esl._base import ESL, Action, Constraint, PlanParts, Policy, RecoveryReport
 from escher.esl._colocation import CoLocation, Group
-from escher.esl._compose import AllOf, FirstOf, Requests, SoftConstraints, SoftTaskRef
-from escher.esl._deadline_check import Busy, DeadlineCheck, check_deadlines
+from escher.esl._constraint import Action, Constraint
+from escher.esl._esl import ESL, Bound
 from escher.esl._explain import Contribution, LabelNote
-from escher.esl._fair import Bound, FairShare, Priority, WeightedFairQueue
+from escher.esl._fair import FairShare, Priority, WeightedFairQueue
 from escher.esl._gang import Gang, GangRun, Member
+from escher.esl._ledger import RecoveryReport
 from escher.esl._locality import DataLocality
+from escher.esl._plan_parts import PlanParts
+from escher.esl._policy import AllOf, FirstOf, Policy, Requests, SoftConstraints
 from escher.esl._signal import Barrier, Event, Signals, TaskQueue
+from escher.esl._soft import SoftTaskRef
 from escher.esl._spread import AntiAffinity, BinPacking, LoadBalance
-from escher.esl.adaptive import AdaptivePolicy, Decision, Observation, Prediction, simulate
-from escher.esl.deadline import DeadlineJob, Greedy, JobHandle, PlanAhead
+from escher.esl.deadline import (
+    Busy,
+    DeadlineCheck,
+    DeadlineJob,
+    Greedy,
+    JobHandle,
+    PlanAhead,
+    check_deadlines,
+)
 from escher.esl.deadline import Option as DeadlineOption
 from escher.esl.queueing import (
     DRF,
     FIFO,
     ORDERINGS,
+    AdaptivePolicy,
+    Decision,
     FairMemory,
     FairThreads,
+    Observation,
     Ordering,
+    Prediction,
     QueuedTask,
     QueueingPolicy,
     dominant_share,
     drf_allocation,
     plan_quotas,
+    simulate,
 )
 
 __all__ = [

@@ -16,17 +16,20 @@ from __future__ import annotations
 
 import heapq
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from escher.backends.base import Backend
 from escher.core.cluster import ClusterState
-from escher.core.errors import EscherError, ValidationError
+from escher.core.errors import ValidationError
 from escher.core.plan import Colocated
 from escher.core.resources import MAX_CAPACITY, Resources
-from escher.core.task import TaskRef
-from escher.esl._base import ESL, Action, Constraint, PlanParts, Policy, _delete_all, log
+from escher.core.task import TaskRef, TaskSpec
+from escher.esl._constraint import Action, Constraint, Recorder
+from escher.esl._esl import ESL
 from escher.esl._explain import Contribution, LabelNote
+from escher.esl._plan_parts import PlanParts
+from escher.esl._policy import Policy, watch_done
 
 
 class Group(Policy):
@@ -103,44 +106,36 @@ class Group(Policy):
                 )
         return own & self._extra()
 
-    def _recorder(self) -> Callable[[str, str, float], None] | None:
-        return self.owner._record
+    def recorder(self) -> Recorder | None:
+        return self.owner.record
 
-    def launch(
-        self,
-        fn: Callable[..., Any],
-        *args: Any,
-        resources: Mapping[str, float] | None = None,
-        name: str | None = None,
-        **kwargs: Any,
-    ) -> TaskRef:
-        """Launch a member; `resources` defaults to the group's per-member request."""
+    def default_resources(self) -> Mapping[str, float]:
+        """A member's request when `launch` gets none: the group's per-member request."""
+        return self.resources
+
+    def before_launch(self, spec: TaskSpec) -> TaskSpec:
+        """Refuse a member beyond the group's size; then the AND-ed policy's hook."""
         if self.size is not None and len(self.refs) >= self.size:
             raise ValidationError(
                 f"group {self.name!r} has {self.size} members already; make a new group."
             )
-        return super().launch(
-            fn,
-            *args,
-            resources=self.resources if resources is None else resources,
-            name=name,
-            **kwargs,
-        )
+        return self.policy.before_launch(spec) if self.policy is not None else spec
 
-    def _launched(self, ref: TaskRef) -> None:
+    def after_launch(self, ref: TaskRef) -> None:
         with self._lock:
             self.refs.append(ref)
             first = len(self.refs) == 1
         if self.policy is not None:
-            self.policy._launched(ref)
-        ref.add_done_callback(self._member_done)
+            self.policy.after_launch(ref)
+            watch_done(self.policy, ref)
         if self.known and self.node is None and first:
             # the first member arms the retry timer if the group still fits nowhere; later
             # members find the same cluster, so they leave the retries to the timer
             self.owner._mark_waiting(self)
             self.owner._place_pending(self)
 
-    def _member_done(self, ref: TaskRef) -> None:
+    def task_done(self, ref: TaskRef) -> None:
+        """A member ended: once every member of a group of known size did, retire it."""
         with self._lock:
             self._finished += 1
             complete = self.size is not None and self._finished >= self.size
@@ -383,18 +378,8 @@ class CoLocation(ESL):
             self._open.pop(group.name, None)
             self._unpend(group)
             group.settled = True
-            entry = self._ledger.pop(group.label, None)
-        if entry is None:
-            return
-        if not entry.capacities:  # a member created it out of process: look where it is
-            for problem in _delete_all(self.backend, {group.label: entry}, threading.RLock()):
-                log.debug("deleting %s: %s", group.label, problem)
-            return
-        for node in sorted(entry.capacities):
-            try:
-                self.backend.set_resource(group.label, 0, node)
-            except EscherError as exc:  # its node left: the resource went with it
-                log.debug("deleting %s on %s: %s", group.label, node, exc)
+        # a member may have created it out of process: then forget_known looks where it is
+        self.forget_known(group.label)
 
     def _retry(self) -> None:
         with self._lock:

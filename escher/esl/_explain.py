@@ -89,9 +89,7 @@ def ledger_contribution(esl: Any, ref: TaskRef) -> Contribution | None:
     A label the ESL owns but has set on no node yet (recorded with `ESL.own`) is one it, or
     one of its tasks, creates later. Returns None when the task requests none of its labels.
     """
-    request = ref.spec.resources
-    with esl._lock:
-        entries = {label: esl._ledger[label] for label in request if label in esl._ledger}
+    entries = esl.ledger_entries(ref.spec.resources)
     if not entries:
         return None
     notes = {

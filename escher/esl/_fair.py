@@ -7,7 +7,7 @@ what running tasks hold lets them finish, and only new tasks wait.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import Any
 
@@ -15,46 +15,9 @@ from escher.backends.base import Backend
 from escher.core.cluster import ClusterState
 from escher.core.errors import ValidationError
 from escher.core.nodespec import NodeSpecLike
-from escher.core.plan import Intent, PinnedTo, SpreadAtMost
-from escher.core.resources import Resources
-from escher.esl._base import ESL, Constraint, PlanParts, Policy, node_ids
-
-
-class Bound(Policy):
-    """A policy handle of an ESL: tasks launched through it request `resources`."""
-
-    def __init__(
-        self,
-        owner: ESL,
-        resources: Mapping[str, float],
-        source: str,
-        intents: Iterable[Callable[[tuple[str, ...]], Intent]] = (),
-        also: Policy | None = None,
-    ) -> None:
-        self.owner = owner
-        self.backend = owner.backend
-        self.resources = Resources.of(resources)
-        self._source = source
-        self._intents = list(intents)
-        self.also = also
-
-    @property
-    def source(self) -> str:
-        return self._source
-
-    def constraint(self) -> Constraint:
-        own = Constraint(self.resources, source=self._source)
-        return own & self.also.constraint() if self.also is not None else own
-
-    def plan_parts(self, count: int, resources: Resources) -> PlanParts:
-        owned: list[tuple[str, float, NodeSpecLike, str]] = [
-            (label, cap, node, self.owner.source)
-            for label, caps in self.owner.ledger().items()
-            if label in self.resources
-            for node, cap in caps.items()
-        ]
-        parts = PlanParts(owned, self.resources, intents=list(self._intents))
-        return parts & self.also.plan_parts(count, resources) if self.also else parts
+from escher.core.plan import PinnedTo, SpreadAtMost
+from escher.esl._constraint import Constraint
+from escher.esl._esl import ESL, Bound, node_ids
 
 
 def split(total: int, weights: Mapping[str, float]) -> dict[str, int]:
@@ -166,8 +129,7 @@ class Priority(ESL):
         self.levels = levels
         self.unit = self.label("unit")
         self.nodes = tuple(node_ids(self.backend, nodes))
-        for node in self.nodes:
-            self.set_resource(self.unit, levels, node)
+        self.set_resources({self.unit: levels}, self.nodes)
         source = self.source
         self.high = Bound(self, {self.unit: 1}, f"{source}.high")
         self.low = Bound(

@@ -30,7 +30,8 @@ from escher.core.errors import EscherError, GetTimeoutError, UnsupportedError, V
 from escher.core.plan import Gang as GangIntent
 from escher.core.resources import Resources, validate_quantity
 from escher.core.task import TaskRef, TaskSpec
-from escher.esl._base import ESL, PlanParts
+from escher.esl._esl import ESL
+from escher.esl._plan_parts import PlanParts
 
 
 @dataclass(frozen=True)

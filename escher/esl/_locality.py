@@ -8,8 +8,7 @@ from escher.backends.base import Backend
 from escher.core.errors import ValidationError
 from escher.core.plan import PinnedTo
 from escher.core.resources import MAX_CAPACITY
-from escher.esl._base import ESL
-from escher.esl._fair import Bound
+from escher.esl._esl import ESL, Bound
 
 
 class DataLocality(ESL):

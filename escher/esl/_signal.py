@@ -19,9 +19,11 @@ from escher.core.nodespec import NodeSpecLike
 from escher.core.plan import SpreadAtMost
 from escher.core.resources import MAX_CAPACITY, Resources
 from escher.core.task import TaskRef
-from escher.esl._base import ESL, Action, Constraint, Policy, node_ids
+from escher.esl._constraint import Action, Constraint, Recorder
+from escher.esl._esl import ESL, Bound, node_ids
 from escher.esl._explain import Contribution, LabelNote
-from escher.esl._fair import Bound
+from escher.esl._plan_parts import PlanParts
+from escher.esl._policy import Policy
 
 _EVERYWHERE: dict[str, float] = {}  # node_spec {}: every alive node
 
@@ -43,8 +45,8 @@ class _Setter(Policy):
             source=self._source,
         )
 
-    def _recorder(self) -> object:  # type: ignore[override]
-        return self.owner._recorder()
+    def recorder(self) -> Recorder | None:
+        return self.owner.recorder()
 
 
 class Event:
@@ -191,8 +193,7 @@ class TaskQueue(ESL):
         if isinstance(rate, bool) or not isinstance(rate, int) or rate < 0:
             raise ValidationError(f"rate must be an int >= 0, got {rate!r}.")
         self._check_open()
-        for node in self.nodes:
-            self.set_resource(self.unit, rate, node)
+        self.set_resources({self.unit: rate}, self.nodes)
         self.rate = rate
 
     def pause(self) -> None:
@@ -202,9 +203,7 @@ class TaskQueue(ESL):
     def constraint(self) -> Constraint:
         return Constraint(Resources({self.unit: 1}), source=self.source)
 
-    def plan_parts(self, count: int, resources: Resources) -> object:  # type: ignore[override]
-        from escher.esl._base import PlanParts
-
+    def plan_parts(self, count: int, resources: Resources) -> PlanParts:
         source, rate = self.source, max(self.rate, 1)
         return PlanParts(
             [(self.unit, self.rate, n, source) for n in self.nodes if self.rate > 0],

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from escher.backends.base import Backend
@@ -12,8 +13,10 @@ from escher.core.errors import ValidationError
 from escher.core.nodespec import NodeSpecLike
 from escher.core.plan import PinnedTo, Separated, SpreadAtMost
 from escher.core.resources import MAX_CAPACITY, Resources
-from escher.core.task import TaskRef
-from escher.esl._base import ESL, Constraint, PlanParts, build_spec, node_ids, split_options
+from escher.core.task import TaskRef, TaskSpec
+from escher.esl._constraint import Constraint, build_spec
+from escher.esl._esl import ESL, node_ids
+from escher.esl._plan_parts import PlanParts
 
 
 def _positive_int(value: object, what: str) -> int:
@@ -43,8 +46,7 @@ class _PerNode(ESL):
 
     def _apply(self, per_node: int) -> None:
         self.per_node = per_node
-        for node in self.nodes:
-            self.set_resource(self.unit, per_node, node)
+        self.set_resources({self.unit: per_node}, self.nodes)
 
     def constraint(self) -> Constraint:
         return Constraint(Resources({self.unit: 1}), source=self.source)
@@ -92,6 +94,7 @@ class AntiAffinity(_PerNode):
         self.ghost = bool(ghost)
         self._taken: set[str] = set()
         self._ghost_ids = 0
+        self._ghosts: dict[str, TaskRef] = {}  # task label -> its ghost, until launched
         super().__init__(backend, name, nodes, per_node)
 
     def plan_parts(self, count: int, resources: Resources) -> PlanParts:
@@ -108,47 +111,40 @@ class AntiAffinity(_PerNode):
 
         return PlanParts(self._resources_parts(), Resources({self.unit: 1}), intents=[intent])
 
-    def launch(
-        self,
-        fn: Callable[..., Any],
-        *args: Any,
-        resources: Mapping[str, float] | None = None,
-        name: str | None = None,
-        **kwargs: Any,
-    ) -> TaskRef:
-        """Launch `fn` so that no other task of this ESL shares its node (see class doc)."""
+    def before_launch(self, spec: TaskSpec) -> TaskSpec:
+        """With `ghost`: launch the ghost that takes a node's unit, and let the task request
+        only the per-task resource the ghost leaves."""
         if not self.ghost:
-            return super().launch(fn, *args, resources=resources, name=name, **kwargs)
+            return spec
         self._check_open()
         with self._lock:
             self._ghost_ids += 1
             task_label = self.own(
                 self.label(f"t{self._ghost_ids}"), restorable=False, why_not="its task ran there"
             )
+        unit = Resources({self.unit: 1})
         ghost = self.backend.launch(
             build_spec(
                 _take_unit,
                 (self.unit, task_label),
                 {},
-                Constraint(Resources({self.unit: 1})),
+                Constraint(unit),
                 None,
-                f"ghost-{name or fn.__name__}",
-                self._record,
+                f"ghost-{spec.name}",
+                self.record,
             )
         )
-        options = split_options(kwargs)
-        spec = build_spec(
-            fn,
-            args,
-            kwargs,
-            Constraint(Resources({task_label: 1})),
-            resources,
-            name,
-            **options,
-        )
-        ref = self.backend.launch(spec)
+        with self._lock:
+            self._ghosts[task_label] = ghost
+        return dataclasses.replace(spec, resources=spec.resources - unit + {task_label: 1})
+
+    def after_launch(self, ref: TaskRef) -> None:
+        if not self.ghost:
+            return
+        with self._lock:
+            task_label = next(label for label in ref.spec.resources if label in self._ghosts)
+            ghost = self._ghosts.pop(task_label)
         ghost.add_done_callback(lambda g: self._ghost_done(g, ref, task_label))
-        return ref
 
     def _ghost_done(self, ghost: TaskRef, ref: TaskRef, task_label: str) -> None:
         node = ghost.node_id
@@ -157,7 +153,7 @@ class AntiAffinity(_PerNode):
             return
         with self._lock:
             self._taken.add(node)
-            self._record(self.unit, node, 0)
+            self.record(self.unit, node, 0)
         ref.add_done_callback(lambda r: self._give_back(node, task_label))
 
     def _give_back(self, node: str, task_label: str) -> None:
@@ -240,7 +236,7 @@ class LoadBalance(_PerNode):
             intents=[lambda names: SpreadAtMost(names, source=source, per_node=per_node)],
         )
 
-    def _launched(self, ref: TaskRef) -> None:
+    def after_launch(self, ref: TaskRef) -> None:
         if not self.dynamic:
             return
         with self._lock:
@@ -323,25 +319,21 @@ class BinPacking(ESL):
             promised = promised + q
         return promised
 
-    def launch(
-        self,
-        fn: Callable[..., Any],
-        *args: Any,
-        resources: Mapping[str, float] | None = None,
-        name: str | None = None,
-        **kwargs: Any,
-    ) -> TaskRef:
-        """Launch `fn` on a pack node, growing the set if it fits none of them now."""
+    def before_launch(self, spec: TaskSpec) -> TaskSpec:
+        """Grow the pack set if the task fits none of its nodes now."""
         self._check_open()
-        request = Resources.of(resources)
         with self._lock:
-            self._grow_for(request + self.constraint().resources - Resources({self.unit: 1}))
-            ref = super().launch(fn, *args, resources=request, name=name, **kwargs)
-            if not ref.started():
-                self._pending.append((ref, request))
-                if len(self._pending) > 2 * self._pruned + 64:  # keep the list amortised
-                    self._promised()
-        return ref
+            self._grow_for(spec.resources - Resources({self.unit: 1}))
+        return spec
+
+    def after_launch(self, ref: TaskRef) -> None:
+        """Count a task that has not started as a promise on the pack nodes."""
+        if ref.started():
+            return
+        with self._lock:
+            self._pending.append((ref, ref.spec.resources - Resources({self.unit: 1})))
+            if len(self._pending) > 2 * self._pruned + 64:  # keep the list amortised
+                self._promised()
 
     def pack_plan(self, count: int, resources: Mapping[str, float] | None = None) -> list[str]:
         """The pack nodes `count` more tasks requesting `resources` would use, on the cluster

@@ -10,9 +10,17 @@ import pytest
 import escher
 from escher import ValidationError
 from escher.backends.memory import MemoryBackend
-from escher.esl.adaptive import AdaptivePolicy, censored_mean, simulate
 from escher.esl.deadline import DeadlineJob, Greedy, Option, PlanAhead
-from escher.esl.queueing import DRF, FIFO, FairThreads, QueuedTask, QueueingPolicy
+from escher.esl.queueing import (
+    DRF,
+    FIFO,
+    AdaptivePolicy,
+    FairThreads,
+    QueuedTask,
+    QueueingPolicy,
+    censored_mean,
+    simulate,
+)
 from escher.verify import Verdict
 
 NODES = {f"m{i}": {"CPU": 8, "memory": 16} for i in range(3)}
@@ -236,7 +244,7 @@ def test_plan_ahead_falls_back_when_waiting_would_miss_the_deadline() -> None:
 
 
 def test_deadline_feasibility_check() -> None:
-    from escher.esl._deadline_check import Busy, check_deadlines
+    from escher.esl.deadline import Busy, check_deadlines
 
     with escher.init(MemoryBackend(nodes=TYPED, virtual_clock=True)) as backend:
         state = backend.get_cluster_state()

@@ -19,10 +19,8 @@ else `default_runtime`; that is the policy's only knowledge: it has no oracle.
 
 from __future__ import annotations
 
-import heapq
 import math
 import statistics
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from statistics import NormalDist
@@ -31,39 +29,18 @@ from escher.backends.base import Backend
 from escher.core.errors import ValidationError
 from escher.core.nodespec import NodeSpecLike
 from escher.core.resources import validate_quantity
-from escher.esl.queueing import (
-    ORDERINGS,
-    Ordering,
-    QueuedTask,
-    QueueingPolicy,
-    Vector,
-    _fits,
-    _ordering,
-    _take,
-)
+from escher.esl.queueing.orderings import ORDERINGS, Ordering, ordering_of
+from escher.esl.queueing.planner import QueuedTask
+from escher.esl.queueing.policy import QueueingPolicy
+from escher.esl.queueing.simulator import Prediction, simulate
+from escher.esl.queueing.vectors import Vector
 
-__all__ = ["AdaptivePolicy", "Decision", "Observation", "Prediction", "censored_mean", "simulate"]
+__all__ = ["AdaptivePolicy", "Decision", "Observation", "censored_mean"]
 
 _OBJECTIVES = ("jct", "makespan")
 Shape = tuple[tuple[str, float], ...]
 _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
 _NORMAL = NormalDist()
-
-
-@dataclass(frozen=True)
-class Prediction:
-    """Predicted outcome of the outstanding work under one ordering.
-
-    Attributes:
-        ordering: The ordering's name.
-        mean_completion: Mean predicted completion time (clock time) of the jobs with work
-            left; minus their arrival, the mean job completion time.
-        makespan: When the last outstanding task is predicted to end.
-    """
-
-    ordering: str
-    mean_completion: float
-    makespan: float
 
 
 @dataclass(frozen=True)
@@ -93,129 +70,6 @@ class Decision:
     predictions: tuple[Prediction, ...]
     active: str
     switched: bool
-
-
-def simulate(
-    ordering: Ordering,
-    capacity: Mapping[str, Mapping[str, float]],
-    tasks: Mapping[str, Sequence[QueuedTask]],
-    runtime: Callable[[QueuedTask], float],
-    now: float,
-    arrivals: Sequence[tuple[float, QueuedTask]] = (),
-) -> Prediction:
-    """Predict how `tasks` finish under `ordering` (a greedy, event-driven replay).
-
-    Running tasks (those with a node) end after `runtime(task)` minus what they have run
-    already (at least a tenth of it); queued ones start, whenever resources free up, in the
-    ordering's order, on the node that fits them most tightly. Each of `arrivals` (time,
-    task) joins its user's queue at that time; its job counts in the prediction like the
-    others.
-
-    Args:
-        ordering: The candidate ordering.
-        capacity: Node -> managed resource -> capacity.
-        tasks: User -> outstanding tasks (running first), as `QueueingPolicy.outstanding`.
-        runtime: Estimated runtime of a task.
-        now: The current clock time.
-
-    Returns:
-        The `Prediction`.
-    """
-    totals: Vector = {}
-    for caps in capacity.values():
-        for r, q in caps.items():
-            totals[r] = totals.get(r, 0.0) + q
-    free = {n: dict(c) for n, c in capacity.items()}
-    used: Vector = {}
-    alloc: dict[str, Vector] = {u: {} for u in tasks}
-    ends: list[tuple[float, int, str, str, QueuedTask]] = []
-    job_end: dict[str, float] = {}
-    queues: dict[str, deque[QueuedTask]] = {}
-    counter = 0
-    for user, user_tasks in tasks.items():
-        queues[user] = deque()
-        for task in user_tasks:
-            if task.node is not None and task.node in free:
-                estimate = runtime(task)
-                ran = now - (task.started_at if task.started_at is not None else now)
-                end = now + max(estimate - ran, 0.1 * estimate)
-                _take(free[task.node], task.request)
-                _take(used, {r: -q for r, q in task.request.items()})
-                _take(alloc[user], {r: -q for r, q in task.request.items()})
-                heapq.heappush(ends, (end, counter, user, task.node, task))
-                counter += 1
-            else:
-                queues[user].append(task)
-    pending = deque(sorted(arrivals, key=lambda a: (a[0], a[1].seq)))
-
-    def admit(until: float) -> None:
-        while pending and pending[0][0] <= until:
-            task = pending.popleft()[1]
-            queues.setdefault(task.user, deque()).append(task)
-            alloc.setdefault(task.user, {})
-
-    nodes = sorted(capacity)
-    clock = now
-    admit(clock)
-    while True:
-        # One planning round, as the live policy's `plan_quotas`: progressive filling of
-        # the pooled free capacity in the ordering's order. A chosen task that fits a node
-        # now starts there; one that fits none keeps its share of the pool reserved (its
-        # quota waits for room on a node), so the others cannot use it meanwhile.
-        pooled = {r: totals[r] - used.get(r, 0.0) for r in totals}
-        planned = {u: dict(a) for u, a in alloc.items()}
-        position = dict.fromkeys(queues, 0)
-        active = {u for u, q in queues.items() if q}
-        while active:
-            user = min(
-                active,
-                key=lambda u: (*ordering.key(planned[u], totals, queues[u][position[u]].seq), u),
-            )
-            queue = queues[user]
-            task = queue[position[user]]
-            if not _fits(pooled, task.request):
-                if ordering.strict:
-                    break
-                active.discard(user)
-                continue
-            _take(pooled, task.request)
-            _take(planned[user], {r: -q for r, q in task.request.items()})
-            fitting = [n for n in nodes if _fits(free[n], task.request)]
-            if fitting:
-                node = min(fitting, key=lambda n: (sum(free[n].values()), n))
-                del queue[position[user]]
-                _take(free[node], task.request)
-                _take(used, {r: -q for r, q in task.request.items()})
-                _take(alloc[user], {r: -q for r, q in task.request.items()})
-                heapq.heappush(ends, (clock + runtime(task), counter, user, node, task))
-                counter += 1
-            else:
-                position[user] += 1
-            if position[user] >= len(queue):
-                active.discard(user)
-        if pending and (not ends or pending[0][0] < ends[0][0]):
-            clock = pending[0][0]
-            admit(clock)
-            continue
-        if not ends:
-            break
-        clock, _, user, node, task = heapq.heappop(ends)
-        _take(free[node], {r: -q for r, q in task.request.items()})
-        _take(used, task.request)
-        _take(alloc[user], task.request)
-        job_end[task.job] = max(job_end.get(task.job, clock), clock)
-        while ends and ends[0][0] <= clock:
-            _, _, user, node, task = heapq.heappop(ends)
-            _take(free[node], {r: -q for r, q in task.request.items()})
-            _take(used, task.request)
-            _take(alloc[user], task.request)
-            job_end[task.job] = max(job_end.get(task.job, clock), clock)
-        admit(clock)
-    left = sum(len(q) for q in queues.values())
-    if left:  # could never start (too large for every node): count them as never ending
-        return Prediction(ordering.name, float("inf"), float("inf"))
-    mean = sum(job_end.values()) / len(job_end) if job_end else now
-    return Prediction(ordering.name, mean, clock)
 
 
 def censored_mean(total: float, count: int, elapsed: Sequence[float], prior: float) -> float:
@@ -281,14 +135,14 @@ class AdaptivePolicy(QueueingPolicy):
         nodes: Iterable[str] | NodeSpecLike | None = None,
         name: str | None = None,
     ) -> None:
-        chosen = [_ordering(c) for c in (candidates or list(ORDERINGS))]
+        chosen = [ordering_of(c) for c in (candidates or list(ORDERINGS))]
         if not chosen:
             raise ValidationError("candidates must name at least one ordering.")
         if objective not in _OBJECTIVES:
             raise ValidationError(f"objective must be one of {_OBJECTIVES}, got {objective!r}.")
         if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
             raise ValidationError(f"horizon must be an int >= 1, got {horizon!r}.")
-        start = _ordering(initial) if initial is not None else chosen[0]
+        start = ordering_of(initial) if initial is not None else chosen[0]
         super().__init__(start, backend, nodes=nodes, name=name)
         self.candidates = tuple(chosen)
         self.objective = objective
@@ -311,7 +165,7 @@ class AdaptivePolicy(QueueingPolicy):
         self._ticking = False
 
     # --- watching --------------------------------------------------------------------------
-    def _submitted(self, user: str, job: str, managed: Mapping[str, float]) -> None:
+    def after_submit(self, user: str, job: str, managed: Mapping[str, float]) -> None:
         """A new job triggers a decision; the job's request shapes are logged."""
         shape: Shape = tuple(sorted((r, float(q)) for r, q in managed.items()))
         with self._lock:

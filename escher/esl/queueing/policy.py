@@ -1,4 +1,4 @@
-"""Cluster queueing policies as ESLs: FIFO, DRF and naive fair sharing by threads or memory.
+"""`QueueingPolicy`: FIFO, DRF and naive fair sharing (threads, memory) as an ESL.
 
 Every user of a `QueueingPolicy` gets one admission resource per managed physical resource
 (``CPU`` and ``memory`` by default) on every node. A user's task requests, on top of its own
@@ -9,26 +9,19 @@ at the node where they run; then queued ones in submission order), in the order 
 `Ordering` defines, and sets each quota to what the filling planned for that user on that
 node. The backend's own matcher then starts the tasks; no task is held back by the
 application, cancelled or resubmitted, so switching the ordering at run time (see
-`escher.esl.adaptive`) never loses or duplicates a queued task.
+`escher.esl.queueing.adaptive`) never loses or duplicates a queued task.
 
 Quotas are targets, not counts of running tasks: when a new user arrives, the quotas of the
 users that hold the cluster drop below what they use, their running tasks finish, and only
 the newcomer's tasks take the freed room. Nothing is preempted.
 
-Orderings (the key the filling minimises at each step; ties go to the oldest task):
-
-* ``fifo``: the oldest outstanding task first, strictly (a task that does not fit stops the
-  filling: head-of-line blocking, as in a FIFO scheduler).
-* ``drf``: Dominant Resource Fairness, the user with the smallest dominant share first.
-* ``fair-threads``: naive fair sharing of cores, the user holding the fewest CPUs first.
-* ``fair-memory``: naive fair sharing of memory, the user holding the least memory first.
+The orderings are in `escher.esl.queueing.orderings`.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from escher.backends.base import Backend
@@ -36,257 +29,14 @@ from escher.core.errors import ValidationError
 from escher.core.nodespec import NodeSpecLike
 from escher.core.resources import Resources
 from escher.core.task import TaskRef, TaskSpec
-from escher.esl._base import ESL, Constraint, build_spec, node_ids, split_options
+from escher.esl._constraint import Constraint, build_spec, split_options
+from escher.esl._esl import ESL, node_ids
 from escher.esl._explain import Contribution, LabelNote
-
-__all__ = [
-    "DRF",
-    "FIFO",
-    "ORDERINGS",
-    "FairMemory",
-    "FairThreads",
-    "Ordering",
-    "QueuedTask",
-    "QueueingPolicy",
-    "dominant_share",
-    "drf_allocation",
-    "plan_quotas",
-]
-
-_EPS = 1e-9
-Vector = dict[str, float]
-Key = tuple[Any, ...]
+from escher.esl.queueing.orderings import Ordering, ordering_of
+from escher.esl.queueing.planner import QueuedTask, plan_quotas
+from escher.esl.queueing.vectors import Vector
 
 
-# --- orderings -------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Ordering:
-    """Which user's next task the progressive filling serves first.
-
-    Attributes:
-        name: Registry name (``fifo``, ``drf``, ``fair-threads``, ``fair-memory``).
-        strict: Stop the filling at the first task that fits nowhere (FIFO); otherwise that
-            user is skipped and the others go on.
-    """
-
-    name: str
-    strict: bool = False
-
-    def key(self, alloc: Mapping[str, float], totals: Mapping[str, float], seq: int) -> Key:
-        """Sort key of a user holding `alloc` whose next task has sequence number `seq`."""
-        return (seq,)
-
-
-@dataclass(frozen=True)
-class _DRF(Ordering):
-    def key(self, alloc: Mapping[str, float], totals: Mapping[str, float], seq: int) -> Key:
-        return (round(dominant_share(alloc, totals), 9), seq)
-
-
-@dataclass(frozen=True)
-class _Single(Ordering):
-    resource: str = "CPU"
-
-    def key(self, alloc: Mapping[str, float], totals: Mapping[str, float], seq: int) -> Key:
-        return (round(alloc.get(self.resource, 0.0), 9), seq)
-
-
-FIFO = Ordering("fifo", strict=True)
-DRF = _DRF("drf")
-FairThreads = _Single("fair-threads", resource="CPU")
-FairMemory = _Single("fair-memory", resource="memory")
-
-#: Name -> ordering.
-ORDERINGS: dict[str, Ordering] = {o.name: o for o in (FIFO, DRF, FairThreads, FairMemory)}
-
-
-def _ordering(value: str | Ordering) -> Ordering:
-    if isinstance(value, Ordering):
-        return value
-    if isinstance(value, str) and value in ORDERINGS:
-        return ORDERINGS[value]
-    raise ValidationError(f"unknown ordering {value!r}; use one of {sorted(ORDERINGS)}.")
-
-
-def dominant_share(alloc: Mapping[str, float], totals: Mapping[str, float]) -> float:
-    """The largest fraction of any resource's total that `alloc` holds (0 for nothing)."""
-    return max((q / totals[r] for r, q in alloc.items() if totals.get(r, 0) > 0), default=0.0)
-
-
-def drf_allocation(
-    capacity: Mapping[str, float],
-    demands: Mapping[str, Mapping[str, float]],
-    *,
-    max_tasks: Mapping[str, int] | None = None,
-) -> dict[str, int]:
-    """Tasks per user under DRF progressive filling of a pooled `capacity`.
-
-    The classic example (Ghodsi et al., NSDI'11): 9 CPUs and 18 GB; A's tasks need
-    <1 CPU, 4 GB>, B's <3 CPU, 1 GB>: A gets 3 tasks, B gets 2, both dominant shares 2/3.
-
-    Args:
-        capacity: The pooled resources.
-        demands: User -> per-task request (every user's tasks are alike).
-        max_tasks: User -> how many tasks it has (default: unbounded).
-
-    Returns:
-        User -> number of tasks.
-
-    Raises:
-        ValidationError: a user's task requests nothing (it would take forever).
-    """
-    for user, demand in demands.items():
-        if not any(q > 0 for q in demand.values()):
-            raise ValidationError(f"user {user!r}'s tasks request nothing; DRF needs a demand.")
-    free = dict(capacity)
-    count = dict.fromkeys(demands, 0)
-    alloc: dict[str, Vector] = {u: {} for u in demands}
-    active = [u for u in demands if (max_tasks or {}).get(u, 1) > 0]
-    while active:
-        user = min(active, key=lambda u: (dominant_share(alloc[u], capacity), u))
-        demand = demands[user]
-        if all(free.get(r, 0.0) + _EPS >= q for r, q in demand.items()):
-            for r, q in demand.items():
-                free[r] = free.get(r, 0.0) - q
-                alloc[user][r] = alloc[user].get(r, 0.0) + q
-            count[user] += 1
-            if max_tasks is not None and count[user] >= max_tasks.get(user, 0):
-                active.remove(user)
-        else:
-            active.remove(user)
-    return count
-
-
-# --- the planner (pure) ------------------------------------------------------------------------
-@dataclass
-class QueuedTask:
-    """One outstanding task, as the planner sees it.
-
-    Attributes:
-        user: Who submitted it.
-        seq: Submission order (smaller is older).
-        request: Its request for the managed resources.
-        job: The job it belongs to (for statistics and the adaptive policy).
-        node: The node it runs on, or None while it is queued.
-        started_at: Clock time it started (None while queued).
-        ref: Its handle (None in simulations).
-    """
-
-    user: str
-    seq: int
-    request: Vector
-    job: str = ""
-    node: str | None = None
-    started_at: float | None = None
-    ref: TaskRef | None = field(default=None, repr=False)
-
-    @property
-    def shape(self) -> tuple[tuple[str, float], ...]:
-        """A hashable form of the request (the task's class)."""
-        return tuple(sorted(self.request.items()))
-
-
-def _fits(free: Mapping[str, float], request: Mapping[str, float]) -> bool:
-    return all(free.get(r, 0.0) + _EPS >= q for r, q in request.items())
-
-
-def _take(free: dict[str, float], request: Mapping[str, float]) -> None:
-    for r, q in request.items():
-        free[r] = free.get(r, 0.0) - q
-
-
-def plan_quotas(
-    ordering: Ordering,
-    capacity: Mapping[str, Mapping[str, float]],
-    tasks: Mapping[str, Sequence[QueuedTask]],
-) -> dict[str, dict[str, Vector]]:
-    """Per-user, per-node quotas by progressive filling in `ordering`'s order.
-
-    First the filling decides, on the pooled capacity of all nodes, which tasks get room
-    (running ones count first: each user's list starts with them). Then each chosen task
-    gets a node: a running one where it runs, a queued one where it fits, preferring nodes
-    with room now and then the tightest fit. Quotas are the sums per user and node.
-
-    Args:
-        ordering: Whose task goes next.
-        capacity: Node -> managed resource -> capacity.
-        tasks: User -> outstanding tasks, running ones first, then queued by age.
-
-    Returns:
-        User -> node -> resource -> quota (only nodes with a positive quota appear).
-    """
-    totals: Vector = {}
-    for caps in capacity.values():
-        for r, q in caps.items():
-            totals[r] = totals.get(r, 0.0) + q
-    # 1. Progressive filling of the pooled capacity: how many of whose tasks, in which order.
-    pooled = dict(totals)
-    alloc: dict[str, Vector] = {u: {} for u in tasks}
-    position = dict.fromkeys(tasks, 0)
-    active = {u for u, ts in tasks.items() if ts}
-    chosen: list[QueuedTask] = []
-    while active:
-        user = min(
-            active, key=lambda u: (*ordering.key(alloc[u], totals, tasks[u][position[u]].seq), u)
-        )
-        task = tasks[user][position[user]]
-        if not _fits(pooled, task.request):
-            if ordering.strict and task.node is None:
-                break
-            active.discard(user)
-            continue
-        _take(pooled, task.request)
-        _take(alloc[user], {r: -q for r, q in task.request.items()})
-        chosen.append(task)
-        position[user] += 1
-        if position[user] >= len(tasks[user]):
-            active.discard(user)
-    # 2. Nodes: running tasks where they run, then queued ones where they fit (free now
-    #    first, then the tightest fit); a queued task that fits no node gets no quota.
-    plan_free = {n: dict(c) for n, c in capacity.items()}
-    now_free = {n: dict(c) for n, c in capacity.items()}
-    for user_tasks in tasks.values():
-        for t in user_tasks:
-            if t.node is not None and t.node in now_free:
-                _take(now_free[t.node], t.request)
-    order = sorted(capacity)
-    quotas: dict[str, dict[str, Vector]] = {u: {} for u in tasks}
-    for task in sorted(chosen, key=lambda t: t.node is None):
-        node = _choose(task, plan_free, now_free, order)
-        if node is None:
-            continue
-        _take(plan_free[node], task.request)
-        if task.node is None:
-            _take(now_free[node], task.request)
-        quota = quotas[task.user].setdefault(node, {})
-        for r, q in task.request.items():
-            quota[r] = quota.get(r, 0.0) + q
-    return quotas
-
-
-def _choose(
-    task: QueuedTask,
-    plan_free: Mapping[str, Vector],
-    now_free: Mapping[str, Vector],
-    order: Sequence[str],
-) -> str | None:
-    """Where the filling puts `task`: its own node if running; else free-now first, best fit."""
-    if task.node is not None:
-        free = plan_free.get(task.node)
-        return task.node if free is not None and _fits(free, task.request) else None
-    best: tuple[int, float, str] | None = None
-    for node in order:
-        if not _fits(plan_free[node], task.request):
-            continue
-        free_now = 0 if _fits(now_free[node], task.request) else 1
-        left = sum(plan_free[node].values())
-        candidate = (free_now, left, node)
-        if best is None or candidate < best:
-            best = candidate
-    return None if best is None else best[2]
-
-
-# --- the ESL ---------------------------------------------------------------------------------
 class _Started:
     """Task body wrapper: tells the policy when the task starts (picklable state)."""
 
@@ -333,7 +83,7 @@ class QueueingPolicy(ESL):
         managed: Sequence[str] = ("CPU", "memory"),
         name: str | None = None,
     ) -> None:
-        chosen = _ordering(ordering)
+        chosen = ordering_of(ordering)
         super().__init__(backend, name=name)
         self._ordering = chosen
         self.nodes = tuple(node_ids(self.backend, nodes))
@@ -370,7 +120,7 @@ class QueueingPolicy(ESL):
         cancelled or resubmitted, so no task is lost or runs twice.
         """
         self._check_open()
-        chosen = _ordering(ordering)
+        chosen = ordering_of(ordering)
         with self._lock:
             if chosen == self._ordering:
                 return
@@ -431,7 +181,7 @@ class QueueingPolicy(ESL):
             ref = self.backend.launch(
                 build_spec(fn, args, kwargs, Constraint(), request, name, **options)
             )
-            self._submitted(user, key, managed)
+            self.after_submit(user, key, managed)
             return ref
         task = QueuedTask(user, next(self._seq), managed, key)
         body = _Started(fn, lambda: self._on_start(task))
@@ -454,11 +204,12 @@ class QueueingPolicy(ESL):
             self.submitted += 1
         ref.add_done_callback(lambda r: self._on_done(task, r))
         self._request_cycle()
-        self._submitted(user, key, managed)
+        self.after_submit(user, key, managed)
         return ref
 
-    def _submitted(self, user: str, job: str, managed: Mapping[str, float]) -> None:
-        """Hook run after each `submit`: `job` is the job key, `managed` the quota request."""
+    def after_submit(self, user: str, job: str, managed: Mapping[str, float]) -> None:
+        """Hook run after each `submit`: `job` is the job key, `managed` the quota request
+        (no-op here; `AdaptivePolicy` watches arrivals with it)."""
 
     def _on_start(self, task: QueuedTask) -> None:
         ref = task.ref

@@ -29,7 +29,6 @@ option that fits somewhere now, and never waits while a fallback is free.
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,71 +37,14 @@ from escher.backends.base import Backend
 from escher.core.cluster import ClusterState
 from escher.core.errors import ValidationError
 from escher.core.nodespec import NodeSpecLike
-from escher.core.resources import Resources, validate_quantity
+from escher.core.resources import EPSILON, Resources, fits, validate_quantity
 from escher.core.task import TaskRef
-from escher.esl._base import ESL, Constraint, build_spec, node_ids, split_options
+from escher.esl._constraint import Constraint, build_spec, split_options
+from escher.esl._esl import ESL, node_ids
+from escher.esl.deadline.check import Busy, DeadlineCheck, check_deadlines
+from escher.esl.deadline.jobs import DeadlineJob
 
-__all__ = ["DeadlineJob", "Greedy", "JobHandle", "Option", "PlanAhead"]
-
-_EPS = 1e-9
-
-
-@dataclass(frozen=True)
-class Option:
-    """One way to run a job.
-
-    Attributes:
-        resources: The request on this kind of resource, e.g. ``{"GPU": 1, "CPU": 1}``.
-        runtime: Estimated seconds on it (the scheduler's belief, not the truth).
-        labels: Only nodes carrying all these labels (None: any node that fits).
-    """
-
-    resources: Mapping[str, float]
-    runtime: float
-    labels: Mapping[str, str] | None = None
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "resources", Resources.of(self.resources))
-        runtime = validate_quantity(self.runtime, what="runtime")
-        if runtime <= 0:
-            raise ValidationError(f"an option's runtime must be > 0 seconds, got {runtime}.")
-        object.__setattr__(self, "runtime", runtime)
-        if self.labels is not None:
-            object.__setattr__(self, "labels", {str(k): str(v) for k, v in self.labels.items()})
-
-    def allows(self, labels: Mapping[str, str], total: Resources) -> bool:
-        """True if a node with these labels and total resources could run this option."""
-        wanted = self.labels or {}
-        return all(labels.get(k) == v for k, v in wanted.items()) and Resources.of(
-            self.resources
-        ).fits_in(total)
-
-
-@dataclass(frozen=True)
-class DeadlineJob:
-    """A job with a deadline (clock time) and options in order of preference.
-
-    Raises:
-        ValidationError: no option, or a bad name or deadline.
-    """
-
-    name: str
-    deadline: float
-    options: tuple[Option, ...]
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name:
-            raise ValidationError(f"job name must be a non-empty string, got {self.name!r}.")
-        if (
-            isinstance(self.deadline, bool)
-            or not isinstance(self.deadline, int | float)
-            or (not math.isfinite(self.deadline))
-        ):
-            raise ValidationError(f"deadline of {self.name!r} must be a finite number.")
-        options = tuple(self.options)
-        if not options or not all(isinstance(o, Option) for o in options):
-            raise ValidationError(f"job {self.name!r} needs one or more Option values.")
-        object.__setattr__(self, "options", options)
+__all__ = ["Greedy", "JobHandle", "PlanAhead"]
 
 
 @dataclass
@@ -142,7 +84,7 @@ class JobHandle:
         if self.started is None or self.option is None:
             return None
         end = self.started + self.job.options[self.option].runtime
-        return end if end > now + _EPS else now + max(period, now - end)
+        return end if end > now + EPSILON else now + max(period, now - end)
 
 
 class _Calendar:
@@ -159,7 +101,7 @@ class _Calendar:
     def _at(self, when: float) -> dict[str, float]:
         free = dict(self.free)
         for t, delta in self.changes:
-            if t > when + _EPS:
+            if t > when + EPSILON:
                 break
             for r, q in delta.items():
                 free[r] = free.get(r, 0.0) + q
@@ -169,18 +111,14 @@ class _Calendar:
         """The first time >= now when `request` fits for `length` seconds (None: never)."""
         times = sorted({now, *(t for t, _ in self.changes if t > now)})
         for start in times:
-            checks = [start, *(t for t in times if start < t < start + length - _EPS)]
-            if all(_covers(self._at(t), request) for t in checks):
+            checks = [start, *(t for t in times if start < t < start + length - EPSILON)]
+            if all(fits(request, self._at(t)) for t in checks):
                 return start
         return None
 
     def reserve(self, request: Resources, start: float, length: float) -> None:
         self.add(start, {r: -q for r, q in request.items()})
         self.add(start + length, dict(request.items()))
-
-
-def _covers(free: Mapping[str, float], request: Resources) -> bool:
-    return all(free.get(r, 0.0) + _EPS >= q for r, q in request.items())
 
 
 class _DeadlineESL(ESL):
@@ -366,7 +304,7 @@ class PlanAhead(_DeadlineESL):
             option = handle.job.options[index]
             calendars[node].reserve(Resources.of(option.resources), start, option.runtime)
             handle.plan = chosen
-            if start <= now + _EPS:
+            if start <= now + EPSILON:
                 self._start(handle, index, node)
         # Jobs that can no longer meet their deadline run best effort: only where they fit
         # now, around the reservations of the jobs that still can.
@@ -402,7 +340,7 @@ class PlanAhead(_DeadlineESL):
             best: tuple[int, str, float] | None = None
             for node in self._candidates(job, state, index):
                 start = calendars[node].earliest(request, now, option.runtime)
-                if start is None or start + padded > job.deadline + _EPS:
+                if start is None or start + padded > job.deadline + EPSILON:
                     continue
                 if best is None or start < best[2]:
                     best = (index, node, start)
@@ -410,14 +348,12 @@ class PlanAhead(_DeadlineESL):
                 return best
         return None
 
-    def check(self, *, timeout: float = 10.0) -> Any:
+    def check(self, *, timeout: float = 10.0) -> DeadlineCheck:
         """Can the waiting jobs all meet their deadlines, given what runs now? (Z3.)
 
         Returns:
-            A `DeadlineCheck` (see `escher.esl._deadline_check.check_deadlines`).
+            A `DeadlineCheck` (see `escher.esl.deadline.check.check_deadlines`).
         """
-        from escher.esl._deadline_check import Busy, check_deadlines
-
         now = self.backend.clock.now()
         busy = []
         for handle in self.running():
@@ -456,7 +392,7 @@ class Greedy(_DeadlineESL):
                     (
                         n
                         for n in self._candidates(handle.job, state, index)
-                        if _covers(free[n], request)
+                        if fits(request, free[n])
                     ),
                     None,
                 )

@@ -1,0 +1,370 @@
+"""`Policy`: what constrains where tasks run, its launch hooks, and how policies compose.
+
+A policy turns a scheduling intent into a `Constraint` per task and declares the intent in a
+`Plan` for the verifier. Launching goes through three documented hooks, in the style of
+dask's scheduler plugins, so a policy adds behaviour without re-declaring `launch`:
+
+* `before_launch(spec) -> spec`: the spec is built (request = the task's own + the
+  constraint's); return it, or a changed copy (e.g. steered to a node);
+* `after_launch(ref)`: the backend accepted the task;
+* `task_done(ref)`: the task reached a final state (registered only if overridden).
+
+Composition: `AllOf` (``a & b``, every policy holds: merged requests, every hook runs) and
+`FirstOf` (``a | b``, ordered fallbacks: the paper's soft constraints).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from escher.backends.base import Backend
+from escher.core.errors import ValidationError
+from escher.core.nodespec import NodeSpec
+from escher.core.plan import Plan
+from escher.core.resources import Resources, validate_quantity
+from escher.core.task import TaskRef, TaskSpec
+from escher.esl._constraint import Constraint, Recorder, build_spec, split_options
+from escher.esl._plan_parts import PlanParts
+from escher.esl._soft import SoftTaskRef
+
+
+class Policy:
+    """Something that constrains where tasks run. ESLs, groups and compositions are policies.
+
+    `a & b` places tasks so that both hold (merged requests); `a | b` tries `a` first and
+    falls back to `b` when a task has not started within the fallback timeout.
+    """
+
+    backend: Backend
+
+    #: How the policy is named in verifier explanations.
+    @property
+    def source(self) -> str:
+        return type(self).__name__
+
+    def constraint(self) -> Constraint:
+        """The constraint for the next task launched under this policy."""
+        return Constraint(source=self.source)
+
+    def plan_parts(self, count: int, resources: Resources) -> PlanParts:
+        """What the policy adds to a plan for `count` tasks requesting `resources`."""
+        return PlanParts()
+
+    def recorder(self) -> Recorder | None:
+        """Where tasks report the labels they set from inside (an ESL's ledger), if any."""
+        return None
+
+    def default_resources(self) -> Mapping[str, float] | None:
+        """The request `launch` uses when given none (default: none)."""
+        return None
+
+    # --- hooks (no-ops here; override what the policy needs) --------------------------------
+    def before_launch(self, spec: TaskSpec) -> TaskSpec:
+        """Hook: the task's spec is built; return it or a changed copy to launch instead.
+
+        Raise an `EscherError` to refuse the launch (nothing is launched then).
+        """
+        return spec
+
+    def after_launch(self, ref: TaskRef) -> None:
+        """Hook: the backend accepted the task (it may have started or even finished)."""
+
+    def task_done(self, ref: TaskRef) -> None:
+        """Hook: the task reached a final state (called once; registered only if overridden)."""
+
+    # --- launching ----------------------------------------------------------------------------
+    def launch(
+        self,
+        fn: Callable[..., Any],
+        *args: Any,
+        resources: Mapping[str, float] | None = None,
+        name: str | None = None,
+        **kwargs: Any,
+    ) -> TaskRef:
+        """Launch `fn(*args, **kwargs)` under this policy.
+
+        Args:
+            fn: The task body.
+            *args: Its positional arguments.
+            resources: The task's own request (CPU, GPU, ...; default: the policy's
+                `default_resources`); the policy adds its part.
+            name: Task name.
+            **kwargs: Keyword arguments of `fn`, plus the task options ``max_retries``,
+                ``retry_exceptions`` and ``duration`` (simulated seconds).
+
+        Returns:
+            The task's `TaskRef`.
+        """
+        options = split_options(kwargs)
+        if resources is None:
+            resources = self.default_resources()
+        spec = build_spec(
+            fn, args, kwargs, self.constraint(), resources, name, self.recorder(), **options
+        )
+        return self.launch_spec(spec)
+
+    def launch_spec(self, spec: TaskSpec) -> TaskRef:
+        """Launch a built spec through this policy's hooks (`before_launch`, the backend,
+        `after_launch`, then `task_done` when it ends)."""
+        ref = self.backend.launch(self.before_launch(spec))
+        self.after_launch(ref)
+        watch_done(self, ref)
+        return ref
+
+    # --- the verifier ---------------------------------------------------------------------
+    def declare(
+        self,
+        plan: Plan | None = None,
+        name: str = "tasks",
+        *,
+        count: int = 1,
+        resources: Mapping[str, float] | None = None,
+    ) -> Plan:
+        """Declare `count` tasks named `name` under this policy in `plan` (a new one if None).
+
+        Adds the policy's resources, the tasks with their merged requests, and the intents,
+        each with a `source` in the policy's terms. Returns the plan, ready for
+        ``plan.verify(state)``.
+        """
+        plan = Plan() if plan is None else plan
+        base = Resources.of(resources)
+        parts = self.plan_parts(count, base)
+        _add_resources(plan, parts)
+        for key, domains in parts.topologies.items():
+            plan.add_topology(key, domains)
+        names = _add_tasks(plan, parts, name, count, base, f"{self.source}.launch")
+        for build in parts.intents:
+            plan.add_intent(build(names))
+        return plan
+
+    def __and__(self, other: Policy) -> Policy:
+        return AllOf(self, other)
+
+    def __or__(self, other: Policy) -> Policy:
+        return FirstOf(self, other)
+
+
+def watch_done(policy: Policy, ref: TaskRef) -> None:
+    """Call `policy.task_done(ref)` when `ref` ends, if the policy overrides the hook."""
+    if type(policy).task_done is not Policy.task_done:
+        ref.add_done_callback(policy.task_done)
+
+
+def _add_resources(plan: Plan, parts: PlanParts) -> None:
+    seen = {(r.label, r.capacity, r.node_spec) for r in plan.resources}
+    for label, capacity, node_spec, source in parts.resources:
+        key = (label, capacity, NodeSpec.parse(node_spec))
+        if key not in seen:
+            seen.add(key)
+            plan.add_resource(label, capacity, node_spec, source=source)
+
+
+def _add_tasks(
+    plan: Plan, parts: PlanParts, name: str, count: int, base: Resources, source: str
+) -> tuple[str, ...]:
+    """Add the declared tasks (a distinct first task for groups led by it); their names."""
+    if parts.leader is None:
+        plan.add_task(
+            name, base + parts.request, count=count, creates=parts.creates or None, source=source
+        )
+        return (name,)
+    request, creates = parts.leader
+    plan.add_task(f"{name}-first", base + request, count=1, creates=creates or None, source=source)
+    if count == 1:
+        return (f"{name}-first",)
+    plan.add_task(
+        name, base + parts.request, count=count - 1, creates=parts.creates or None, source=source
+    )
+    return (f"{name}-first", name)
+
+
+class Requests(Policy):
+    """A plain resource request as a policy (an alternative of a soft constraint)."""
+
+    def __init__(self, resources: Mapping[str, float], backend: Backend | None = None) -> None:
+        self.resources = Resources.of(resources)
+        if backend is None:
+            import escher
+
+            backend = escher.current_backend()
+        self.backend = backend
+
+    @property
+    def source(self) -> str:
+        return f"Requests({self.resources.to_dict()})"
+
+    def constraint(self) -> Constraint:
+        return Constraint(self.resources, source=self.source)
+
+    def plan_parts(self, count: int, resources: Resources) -> PlanParts:
+        return PlanParts(request=self.resources)
+
+
+def _backend_of(items: tuple[Any, ...], backend: Backend | None) -> Backend:
+    for item in items:
+        if isinstance(item, Policy):
+            found = item.backend
+            if backend is not None and found is not backend:
+                raise ValidationError(
+                    "composed policies must use the same backend; create them on one backend."
+                )
+            backend = found
+    if backend is None:
+        import escher
+
+        backend = escher.current_backend()
+    return backend
+
+
+class AllOf(Policy):
+    """AND: every policy holds. A task's request is the sum of the policies' requests.
+
+    Every policy's hooks run: `before_launch` in order (each sees the previous one's spec),
+    then `after_launch` and `task_done` for each.
+
+    Example: ``lb & colo.group("pair-1", size=2)`` places a pair on one node while the
+    load balancer caps tasks per node. ``a & b`` builds the same thing.
+    """
+
+    policies: tuple[Policy, ...]
+
+    def __init__(self, *policies: Policy) -> None:
+        if not policies or not all(isinstance(p, Policy) for p in policies):
+            raise ValidationError("AllOf takes one or more policies (ESLs, groups, ...).")
+        flat: list[Policy] = []
+        for policy in policies:
+            flat.extend(policy.policies if isinstance(policy, AllOf) else [policy])
+        self.policies = tuple(flat)
+        self.backend = _backend_of(self.policies, None)
+
+    @property
+    def source(self) -> str:
+        return " & ".join(p.source for p in self.policies)
+
+    def constraint(self) -> Constraint:
+        return functools.reduce(Constraint.__and__, (p.constraint() for p in self.policies))
+
+    def plan_parts(self, count: int, resources: Resources) -> PlanParts:
+        return functools.reduce(
+            PlanParts.__and__, (p.plan_parts(count, resources) for p in self.policies)
+        )
+
+    def recorder(self) -> Recorder | None:
+        recorders = [r for p in self.policies if (r := p.recorder()) is not None]
+        if not recorders:
+            return None
+
+        def record(label: str, node: str, capacity: float) -> None:
+            for recorder in recorders:
+                recorder(label, node, capacity)
+
+        return record
+
+    def before_launch(self, spec: TaskSpec) -> TaskSpec:
+        for policy in self.policies:
+            spec = policy.before_launch(spec)
+        return spec
+
+    def after_launch(self, ref: TaskRef) -> None:
+        for policy in self.policies:
+            policy.after_launch(ref)
+        for policy in self.policies:
+            watch_done(policy, ref)
+
+
+class FirstOf(Policy):
+    """OR as ordered fallbacks (the paper's soft constraints).
+
+    Args:
+        *alternatives: Policies, or plain resource requests (mappings), in order of
+            preference.
+        timeout: Seconds (of the backend's clock) an attempt may wait before the task is
+            cancelled and resubmitted with the next alternative. The last one waits forever.
+        backend: Needed only when every alternative is a plain request (default: the
+            current backend).
+
+    Example: ``FirstOf(fair & spread, fair, timeout=2)`` tries fair share with anti-affinity
+    and falls back to fair share alone. ``a | b`` builds the same with the default timeout.
+    """
+
+    default_timeout = 1.0
+    alternatives: tuple[Policy, ...]
+    timeout: float
+
+    def __init__(
+        self,
+        *alternatives: Policy | Mapping[str, float],
+        timeout: float | None = None,
+        backend: Backend | None = None,
+    ) -> None:
+        if not alternatives:
+            raise ValidationError("FirstOf needs at least one alternative.")
+        for alt in alternatives:
+            if not isinstance(alt, Policy | Mapping):
+                raise ValidationError(
+                    f"an alternative must be a policy or a resource mapping, got {alt!r}."
+                )
+        self.backend = _backend_of(alternatives, backend)
+        flat: list[Policy] = []
+        for alt in alternatives:
+            policy = alt if isinstance(alt, Policy) else Requests(alt, self.backend)
+            if isinstance(policy, FirstOf) and policy.timeout == (timeout or policy.timeout):
+                flat.extend(policy.alternatives)
+            else:
+                flat.append(policy)
+        self.alternatives = tuple(flat)
+        self.timeout = validate_quantity(
+            self.default_timeout if timeout is None else timeout, what="timeout"
+        )
+        #: Which alternative `declare` puts in a plan (the preferred one by default).
+        self.declared = 0
+
+    @property
+    def source(self) -> str:
+        return " | ".join(f"({p.source})" for p in self.alternatives)
+
+    def constraint(self) -> Constraint:
+        return self.alternatives[0].constraint()
+
+    def plan_parts(self, count: int, resources: Resources) -> PlanParts:
+        return self.alternatives[self.declared].plan_parts(count, resources)
+
+    def launch(
+        self,
+        fn: Callable[..., Any],
+        *args: Any,
+        resources: Mapping[str, float] | None = None,
+        name: str | None = None,
+        **kwargs: Any,
+    ) -> TaskRef:
+        """Launch with the first alternative, falling back after `timeout` (see class doc).
+
+        Each attempt goes through its alternative's hooks.
+
+        Returns:
+            A `SoftTaskRef`: a `TaskRef` that follows whichever attempt runs.
+        """
+        options = split_options(kwargs)
+
+        def make(index: int) -> TaskSpec:
+            alt = self.alternatives[index]
+            return build_spec(
+                fn, args, kwargs, alt.constraint(), resources, name, alt.recorder(), **options
+            )
+
+        def submit(index: int, spec: TaskSpec) -> TaskRef:
+            return self.alternatives[index].launch_spec(spec)
+
+        return SoftTaskRef(
+            make,
+            submit,
+            alternatives=len(self.alternatives),
+            timeout=self.timeout,
+            clock=self.backend.clock,
+        )
+
+
+#: The paper's soft constraints are ordered fallbacks.
+SoftConstraints = FirstOf
