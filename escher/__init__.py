@@ -29,6 +29,7 @@ from escher._api import (
     shutdown,
     task,
 )
+from escher.backends._registry import DISTRIBUTION
 from escher.core.cluster import ClusterState, Node
 from escher.core.errors import (
     BackendError,
@@ -54,8 +55,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from escher.backends.base import Backend
     from escher.explain import WhyResult
 
-try:
-    __version__ = _metadata.version("escher")  # one source: pyproject.toml
+try:  # one source: the version in pyproject.toml, as installed
+    __version__ = _metadata.version(DISTRIBUTION)
 except _metadata.PackageNotFoundError:  # pragma: no cover - run from a tree never installed
     __version__ = "0+unknown"
 

@@ -136,8 +136,6 @@ KNOWN_CYCLES: list[set[str]] = [
         "escher.verify._verify",
     },
     {"escher.backends.ray._gang", "escher.backends.ray._runner", "escher.backends.ray.backend"},
-    {"escher.esl._base", "escher.esl._compose"},
-    {"escher.esl._deadline_check", "escher.esl.deadline"},
 ]
 
 

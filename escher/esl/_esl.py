@@ -34,9 +34,9 @@ log = logging.getLogger("escher.esl")
 
 _instance_ids = itertools.count(1)
 _LABEL_BAD = re.compile(r"[^A-Za-z0-9_.-]+")
-_EVERY_NODE: dict[str, float] = {}
+_EVERY_NODE: dict[str, float] = {}  # a node_spec vector every alive node contains
 #: Explicit node ids for `ESL.set_resources`.
-NodeIds = list[str] | tuple[str, ...] | set[str] | frozenset[str]  # a node_spec vector every alive node contains
+NodeIds = list[str] | tuple[str, ...] | set[str] | frozenset[str]
 
 
 def _delete_at_exit(backend: Backend, ledger: Ledger) -> None:
