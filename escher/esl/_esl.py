@@ -26,7 +26,14 @@ from escher.core.resources import Resources, validate_label
 from escher.core.task import TaskRef, TaskSpec
 from escher.esl._constraint import Constraint, Recorder
 from escher.esl._explain import Contribution, ledger_contribution
-from escher.esl._ledger import Ledger, LedgerEntry, RecoveryReport, delete_all, delete_everywhere
+from escher.esl._ledger import (
+    EVERY_NODE,
+    Ledger,
+    LedgerEntry,
+    RecoveryReport,
+    delete_all,
+    delete_everywhere,
+)
 from escher.esl._plan_parts import PlanParts
 from escher.esl._policy import Policy, watch_done
 
@@ -34,7 +41,6 @@ log = logging.getLogger("escher.esl")
 
 _instance_ids = itertools.count(1)
 _LABEL_BAD = re.compile(r"[^A-Za-z0-9_.-]+")
-_EVERY_NODE: dict[str, float] = {}  # a node_spec vector every alive node contains
 #: Explicit node ids for `ESL.set_resources`.
 NodeIds = list[str] | tuple[str, ...] | set[str] | frozenset[str]
 
@@ -172,7 +178,7 @@ class ESL(Policy):
         wanted = sorted(set(nodes))
         state = self.backend.get_cluster_state()
         if wanted == sorted(nid for nid, n in state.nodes.items() if n.alive):
-            return self.backend.set_resources(capacities, _EVERY_NODE)
+            return self.backend.set_resources(capacities, EVERY_NODE)
         written: list[str] = []
         for node in wanted:
             written.extend(self.backend.set_resources(capacities, node))

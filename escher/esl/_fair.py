@@ -18,6 +18,7 @@ from escher.core.nodespec import NodeSpecLike
 from escher.core.plan import PinnedTo, SpreadAtMost
 from escher.esl._constraint import Constraint
 from escher.esl._esl import ESL, Bound, node_ids
+from escher.esl._ledger import EVERY_NODE
 
 
 def split(total: int, weights: Mapping[str, float]) -> dict[str, int]:
@@ -128,8 +129,11 @@ class Priority(ESL):
         super().__init__(backend, name=name)
         self.levels = levels
         self.unit = self.label("unit")
-        self.nodes = tuple(node_ids(self.backend, nodes))
-        self.set_resources({self.unit: levels}, self.nodes)
+        if nodes is None:  # every alive node: one bulk call, no cluster read
+            self.nodes = self.set_resources({self.unit: levels}, EVERY_NODE)
+        else:
+            self.nodes = tuple(node_ids(self.backend, nodes))
+            self.set_resources({self.unit: levels}, self.nodes)
         source = self.source
         self.high = Bound(self, {self.unit: 1}, f"{source}.high")
         self.low = Bound(

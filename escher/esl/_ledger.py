@@ -9,7 +9,11 @@ from dataclasses import dataclass, field
 
 from escher.backends.base import Backend
 from escher.core.errors import EscherError
+from escher.core.nodespec import NodeSpec
 from escher.core.resources import Resources
+
+#: Every alive node (an empty vector of available resources, which every node has).
+EVERY_NODE = NodeSpec.with_available({})
 
 
 @dataclass
@@ -169,6 +173,14 @@ def delete_everywhere(backend: Backend, entries: Mapping[str, LedgerEntry]) -> l
         for node in set(entry.capacities) | set(state.holding(label)):
             if node in state.nodes:
                 by_node.setdefault(node, {})[label] = 0
+    alive = {nid for nid, n in state.nodes.items() if n.alive}
+    same = {frozenset(labels) for labels in by_node.values()}
+    if set(by_node) == alive and len(same) == 1:  # the same labels on every node: one call
+        try:
+            backend.set_resources(next(iter(by_node.values())), EVERY_NODE)
+        except EscherError as exc:
+            return [f"{', '.join(sorted(next(iter(same))))}: {exc}"]
+        return []
     errors: list[str] = []
     for node in sorted(by_node):
         try:

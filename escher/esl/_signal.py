@@ -22,10 +22,9 @@ from escher.core.task import TaskRef
 from escher.esl._constraint import Action, Constraint, Recorder
 from escher.esl._esl import ESL, Bound, node_ids
 from escher.esl._explain import Contribution, LabelNote
+from escher.esl._ledger import EVERY_NODE
 from escher.esl._plan_parts import PlanParts
 from escher.esl._policy import Policy
-
-_EVERYWHERE: dict[str, float] = {}  # node_spec {}: every alive node
 
 
 class _Setter(Policy):
@@ -41,7 +40,7 @@ class _Setter(Policy):
 
     def constraint(self) -> Constraint:
         return Constraint(
-            on_done=tuple(Action(label, MAX_CAPACITY, _EVERYWHERE) for label in self.labels),
+            on_done=tuple(Action(label, MAX_CAPACITY, EVERY_NODE) for label in self.labels),
             source=self._source,
         )
 
@@ -71,7 +70,7 @@ class Event:
 
     def set(self) -> None:
         """Set the event from the application (releases every waiter)."""
-        self.owner.set_resource(self.label, MAX_CAPACITY, _EVERYWHERE, restorable=False)
+        self.owner.set_resource(self.label, MAX_CAPACITY, EVERY_NODE, restorable=False)
 
     def clear(self) -> None:
         """Unset it: later waiters wait again (running ones are not affected)."""
@@ -152,7 +151,7 @@ class Barrier(ESL):
                 raise ValidationError(f"{self.source} already has {self.parties} parties.")
             index, self._next = self._next, self._next + 1
         return Constraint(
-            on_done=(Action(self.labels[index], MAX_CAPACITY, _EVERYWHERE),),
+            on_done=(Action(self.labels[index], MAX_CAPACITY, EVERY_NODE),),
             source=f"{self.source}.party[{index}]",
         )
 
@@ -183,7 +182,8 @@ class TaskQueue(ESL):
         name: str | None = None,
     ) -> None:
         super().__init__(backend, name=name)
-        self.nodes = tuple(node_ids(self.backend, nodes))
+        self._all_nodes = nodes is None
+        self.nodes = () if nodes is None else tuple(node_ids(self.backend, nodes))
         self.unit = self.own(self.label("q"))
         self.rate = 0
         self.set_rate(rate)
@@ -193,7 +193,10 @@ class TaskQueue(ESL):
         if isinstance(rate, bool) or not isinstance(rate, int) or rate < 0:
             raise ValidationError(f"rate must be an int >= 0, got {rate!r}.")
         self._check_open()
-        self.set_resources({self.unit: rate}, self.nodes)
+        if self._all_nodes:  # every alive node: one bulk call, no cluster read
+            self.nodes = self.set_resources({self.unit: rate}, EVERY_NODE)
+        else:
+            self.set_resources({self.unit: rate}, self.nodes)
         self.rate = rate
 
     def pause(self) -> None:

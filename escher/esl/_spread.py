@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
 
 from escher.backends.base import Backend
 from escher.core.cluster import ClusterState
 from escher.core.errors import ValidationError
 from escher.core.nodespec import NodeSpecLike
-from escher.core.plan import PinnedTo, Separated, SpreadAtMost
+from escher.core.plan import Intent, PinnedTo, Separated, SpreadAtMost
 from escher.core.resources import MAX_CAPACITY, Resources
 from escher.core.task import TaskRef, TaskSpec
 from escher.esl._constraint import Constraint, build_spec
-from escher.esl._esl import ESL, node_ids
+from escher.esl._esl import ESL, Bound, node_ids
+from escher.esl._ledger import EVERY_NODE
 from escher.esl._plan_parts import PlanParts
 
 
@@ -26,27 +26,50 @@ def _positive_int(value: object, what: str) -> int:
 
 
 class _PerNode(ESL):
-    """An ESL with one label set to the same capacity on each node of a node set."""
+    """An ESL with labels set to the same capacity on each node of a node set.
+
+    Without explicit `nodes` the set is every alive node, written with one bulk call (no
+    cluster read); each write to all nodes also adopts the nodes that joined since.
+    """
 
     def __init__(
         self,
         backend: Backend | None,
         name: str | None,
         nodes: Iterable[str] | NodeSpecLike | None,
-        per_node: int,
+        per_node: int | None,
     ) -> None:
         super().__init__(backend, name=name)
-        self.nodes = tuple(node_ids(self.backend, nodes))
-        if not self.nodes:
-            raise ValidationError(f"{self.source}: the node selection matched no node.")
         self._explicit_nodes = nodes is not None
-        self.per_node = per_node
+        self.nodes: tuple[str, ...] = ()
+        if self._explicit_nodes:
+            self.nodes = tuple(node_ids(self.backend, nodes))
+            if not self.nodes:
+                raise ValidationError(f"{self.source}: the node selection matched no node.")
         self.unit = self.label("unit")
-        self._apply(per_node)
+        self.per_node = 0
+        self._apply(self._first_per_node() if per_node is None else per_node)
+        if not self.nodes:
+            raise ValidationError(f"{self.source}: the cluster has no alive node.")
+
+    def _first_per_node(self) -> int:
+        """The capacity to start with when the constructor was given none."""
+        return 1
+
+    def _labels(self) -> list[str]:
+        """Every label that gets `per_node` on each node."""
+        return [self.unit]
 
     def _apply(self, per_node: int) -> None:
         self.per_node = per_node
-        self.set_resources({self.unit: per_node}, self.nodes)
+        self._write(dict.fromkeys(self._labels(), per_node))
+
+    def _write(self, capacities: dict[str, float]) -> None:
+        """Set `capacities` on the node set, each node written once."""
+        if self._explicit_nodes:
+            self.set_resources(capacities, self.nodes)
+        else:
+            self.nodes = self.set_resources(capacities, EVERY_NODE)
 
     def constraint(self) -> Constraint:
         return Constraint(Resources({self.unit: 1}), source=self.source)
@@ -56,10 +79,14 @@ class _PerNode(ESL):
             return [n for n in self.nodes if n in state.nodes]
         return sorted(state.nodes)
 
-    def _resources_parts(self) -> list[tuple[str, float, NodeSpecLike, str]]:
+    def _resources_parts(
+        self, labels: Iterable[str] | None = None
+    ) -> list[tuple[str, float, NodeSpecLike, str]]:
+        wanted = None if labels is None else set(labels)
         return [
             (label, cap, node, self.source)
             for label, caps in self.ledger().items()
+            if wanted is None or label in wanted
             for node, cap in caps.items()
         ]
 
@@ -74,7 +101,11 @@ class AntiAffinity(_PerNode):
         ghost: For long-running tasks (per_node 1 only): a short ghost task takes a node's
             unit (sets it to 0 there) and creates a per-task resource; the real task requests
             only that. The unit comes back when the task finishes.
+        groups: Names of groups of tasks that repel each other but not the other groups'
+            (see `group`); their labels are written with the ESL's own, each node once.
         name: Used in labels and explanations.
+
+    Setup writes each node once, however many groups: one bulk call over the nodes.
     """
 
     kind = "aa"
@@ -86,6 +117,7 @@ class AntiAffinity(_PerNode):
         per_node: int = 1,
         nodes: Iterable[str] | NodeSpecLike | None = None,
         ghost: bool = False,
+        groups: Iterable[str] = (),
         name: str | None = None,
     ) -> None:
         per_node = _positive_int(per_node, "per_node")
@@ -95,21 +127,67 @@ class AntiAffinity(_PerNode):
         self._taken: set[str] = set()
         self._ghost_ids = 0
         self._ghosts: dict[str, TaskRef] = {}  # task label -> its ghost, until launched
+        self.groups: dict[str, Bound] = {}
+        self._unwritten: list[str] = []  # group labels not on the nodes yet
+        if isinstance(groups, str):
+            raise ValidationError("groups takes a list of group names, not one string.")
+        self._first_groups = list(groups)
+        if self._first_groups and self.ghost:
+            raise ValidationError("ghost anti-affinity has no groups; use one ESL per group.")
         super().__init__(backend, name, nodes, per_node)
 
-    def plan_parts(self, count: int, resources: Resources) -> PlanParts:
-        source = self.source
-        per_node = self.per_node
+    def _labels(self) -> list[str]:
+        for group in self._first_groups:
+            self._new_group(group)
+        self._first_groups = []
+        written, self._unwritten = self._unwritten, []
+        return [self.unit, *written]
+
+    def _new_group(self, name: str) -> Bound:
+        if not isinstance(name, str) or not name:
+            raise ValidationError(f"a group name must be a non-empty string, got {name!r}.")
+        with self._lock:
+            if name in self.groups:
+                return self.groups[name]
+            label = self.label(f"g-{name}")
+            source = f"{self.source}.group({name!r})"
+            group = _SpreadGroup(self, label, source, self._intent(source))
+            self.groups[name] = group
+            self._unwritten.append(label)
+            return group
+
+    def group(self, name: str) -> Bound:
+        """The policy of group `name`: at most `per_node` of its tasks on a node at a time
+        (tasks of other groups, and the ESL's own, do not count).
+
+        A group's label goes on the nodes at the first launch through it, together with
+        every other group not written yet (one bulk call); groups given to the constructor
+        are written with the ESL's own label."""
+        self._check_open()
+        if self.ghost:
+            raise ValidationError("ghost anti-affinity has no groups; use one ESL per group.")
+        return self._new_group(name)
+
+    def write_groups(self) -> None:
+        """Put the labels of the groups made since the last write on the nodes (one bulk
+        call); `launch` through a group does it when needed."""
+        with self._lock:
+            labels, self._unwritten = self._unwritten, []
+            if labels:
+                self._write(dict.fromkeys(labels, self.per_node))
+
+    def _intent(self, source: str) -> Callable[[tuple[str, ...]], Intent]:
+        per_node = self.per_node if self.per_node else 1
         if per_node == 1:
+            return lambda names: Separated(names, source=source)
+        return lambda names: SpreadAtMost(names, source=source, per_node=per_node)
 
-            def intent(names: tuple[str, ...]) -> Any:
-                return Separated(names, source=source)
-        else:
-
-            def intent(names: tuple[str, ...]) -> Any:
-                return SpreadAtMost(names, source=source, per_node=per_node)
-
-        return PlanParts(self._resources_parts(), Resources({self.unit: 1}), intents=[intent])
+    def plan_parts(self, count: int, resources: Resources) -> PlanParts:
+        return PlanParts(
+            self._resources_parts([self.unit]),
+            Resources({self.unit: 1}),
+            intents=[self._intent(self.source)],
+        )
 
     def before_launch(self, spec: TaskSpec) -> TaskSpec:
         """With `ghost`: launch the ghost that takes a node's unit, and let the task request
@@ -217,16 +295,20 @@ class LoadBalance(_PerNode):
         self._armed = False
         self._tasks = tasks
         if per_node is not None:
-            start = _positive_int(per_node, "per_node")
+            _positive_int(per_node, "per_node")
         elif tasks is not None:
             _positive_int(tasks, "tasks")
-            start = 0  # set once the node count is known
-        else:
-            start = 1
-        super().__init__(backend, name, nodes, max(start, 1))
-        if tasks is not None:
-            self._apply(math.ceil(tasks / len(self.nodes)))
+        super().__init__(backend, name, nodes, per_node)
         self.history.append((self.backend.clock.now(), self.per_node))
+
+    def _first_per_node(self) -> int:
+        if self._tasks is None:
+            return 1
+        count = len(self.nodes)
+        if not self._explicit_nodes:
+            state = self.backend.get_cluster_state()
+            count = sum(1 for n in state.nodes.values() if n.alive)
+        return max(1, math.ceil(self._tasks / max(count, 1)))
 
     def plan_parts(self, count: int, resources: Resources) -> PlanParts:
         source, per_node = self.source, self.per_node
@@ -370,3 +452,24 @@ class BinPacking(ESL):
         if nodes:
             parts.intents.append(lambda names: PinnedTo(names, source=source, nodes=nodes))
         return parts
+
+
+class _SpreadGroup(Bound):
+    """A group of an `AntiAffinity`: its label is written before its first task launches."""
+
+    owner: AntiAffinity
+
+    def __init__(
+        self,
+        owner: AntiAffinity,
+        label: str,
+        source: str,
+        intent: Callable[[tuple[str, ...]], Intent],
+    ) -> None:
+        super().__init__(owner, {label: 1}, source, [intent])
+        self.label = label
+
+    def before_launch(self, spec: TaskSpec) -> TaskSpec:
+        if self.label not in self.owner.ledger():
+            self.owner.write_groups()
+        return super().before_launch(spec)
