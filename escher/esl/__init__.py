@@ -15,6 +15,7 @@ Example (the paper's co-location + load balancing)::
 
 from escher.esl._colocation import CoLocation, Group
 from escher.esl._constraint import Action, Constraint
+from escher.esl._domains import DomainAntiAffinity, DomainColocation, DomainGroup, DomainSpread
 from escher.esl._esl import ESL, Bound
 from escher.esl._explain import Contribution, LabelNote
 from escher.esl._fair import FairShare, Priority, WeightedFairQueue
@@ -26,6 +27,7 @@ from escher.esl._policy import AllOf, FirstOf, Policy, Requests, SoftConstraints
 from escher.esl._signal import Barrier, Event, Signals, TaskQueue
 from escher.esl._soft import SoftTaskRef
 from escher.esl._spread import AntiAffinity, BinPacking, LoadBalance
+from escher.esl._topology import Topology
 from escher.esl.deadline import (
     Busy,
     DeadlineCheck,
@@ -76,6 +78,10 @@ __all__ = [
     "DeadlineJob",
     "DeadlineOption",
     "Decision",
+    "DomainAntiAffinity",
+    "DomainColocation",
+    "DomainGroup",
+    "DomainSpread",
     "Event",
     "FairMemory",
     "FairShare",
@@ -104,6 +110,7 @@ __all__ = [
     "SoftConstraints",
     "SoftTaskRef",
     "TaskQueue",
+    "Topology",
     "WeightedFairQueue",
     "check_deadlines",
     "dominant_share",

@@ -134,6 +134,10 @@ class Group(Policy):
             self.owner._mark_waiting(self)
             self.owner._place_pending(self)
 
+    def launch_failed(self, spec: TaskSpec) -> None:
+        if self.policy is not None:
+            self.policy.launch_failed(spec)
+
     def task_done(self, ref: TaskRef) -> None:
         """A member ended: once every member of a group of known size did, retire it."""
         with self._lock:

@@ -419,6 +419,10 @@ class Bound(Policy):
             self.also.after_launch(ref)
             watch_done(self.also, ref)
 
+    def launch_failed(self, spec: TaskSpec) -> None:
+        if self.also is not None:
+            self.also.launch_failed(spec)
+
     def plan_parts(self, count: int, resources: Resources) -> PlanParts:
         owned: list[tuple[str, float, NodeSpecLike, str]] = [
             (label, cap, node, self.owner.source)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from escher.core.errors import ValidationError
 from escher.core.nodespec import NodeSpecLike
 from escher.core.plan import Intent
 from escher.core.resources import Resources
@@ -24,6 +25,9 @@ class PlanParts:
             `request`.
         topologies: Escher-defined topologies the intents use: key -> node -> domain
             (`Plan.add_topology`); node-label topologies need none.
+        split: For policies that send tasks to different places (a domain each): the
+            tasks are declared in parts, each (name suffix, count, extra request); the
+            counts sum to the declared count. The intents name every part.
     """
 
     resources: list[tuple[str, float, NodeSpecLike, str]] = field(default_factory=list)
@@ -32,6 +36,7 @@ class PlanParts:
     intents: list[Callable[[tuple[str, ...]], Intent]] = field(default_factory=list)
     leader: tuple[Resources, dict[str, float]] | None = None
     topologies: dict[str, dict[str, str]] = field(default_factory=dict)
+    split: list[tuple[str, int, Resources]] = field(default_factory=list)
 
     def __and__(self, other: PlanParts) -> PlanParts:
         creates = dict(self.creates)
@@ -42,6 +47,11 @@ class PlanParts:
             mine = self.leader or (self.request, dict(self.creates))
             theirs = other.leader or (other.request, dict(other.creates))
             leader = (mine[0] + theirs[0], {**mine[1], **theirs[1]})
+        if self.split and other.split:
+            raise ValidationError(
+                "two policies that each split tasks over domains cannot be declared together; "
+                "declare the tasks under each policy separately."
+            )
         return PlanParts(
             [*self.resources, *other.resources],
             self.request + other.request,
@@ -49,4 +59,5 @@ class PlanParts:
             [*self.intents, *other.intents],
             leader,
             {**self.topologies, **other.topologies},
+            self.split or other.split,
         )

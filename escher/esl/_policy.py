@@ -7,7 +7,9 @@ dask's scheduler plugins, so a policy adds behaviour without re-declaring `launc
 * `before_launch(spec) -> spec`: the spec is built (request = the task's own + the
   constraint's); return it, or a changed copy (e.g. steered to a node);
 * `after_launch(ref)`: the backend accepted the task;
-* `task_done(ref)`: the task reached a final state (registered only if overridden).
+* `task_done(ref)`: the task reached a final state (registered only if overridden);
+* `launch_failed(spec)`: the backend refused the spec `before_launch` returned (undo what
+  `before_launch` reserved).
 
 Composition: `AllOf` (``a & b``, every policy holds: merged requests, every hook runs) and
 `FirstOf` (``a | b``, ordered fallbacks: the paper's soft constraints).
@@ -74,6 +76,9 @@ class Policy:
     def task_done(self, ref: TaskRef) -> None:
         """Hook: the task reached a final state (called once; registered only if overridden)."""
 
+    def launch_failed(self, spec: TaskSpec) -> None:
+        """Hook: the backend refused `spec` (what `before_launch` returned) with an error."""
+
     # --- launching ----------------------------------------------------------------------------
     def launch(
         self,
@@ -108,7 +113,12 @@ class Policy:
     def launch_spec(self, spec: TaskSpec) -> TaskRef:
         """Launch a built spec through this policy's hooks (`before_launch`, the backend,
         `after_launch`, then `task_done` when it ends)."""
-        ref = self.backend.launch(self.before_launch(spec))
+        spec = self.before_launch(spec)
+        try:
+            ref = self.backend.launch(spec)
+        except BaseException:
+            self.launch_failed(spec)
+            raise
         self.after_launch(ref)
         watch_done(self, ref)
         return ref
@@ -164,7 +174,20 @@ def _add_resources(plan: Plan, parts: PlanParts) -> None:
 def _add_tasks(
     plan: Plan, parts: PlanParts, name: str, count: int, base: Resources, source: str
 ) -> tuple[str, ...]:
-    """Add the declared tasks (a distinct first task for groups led by it); their names."""
+    """Add the declared tasks (a distinct first task for groups led by it, or one task per
+    part of a split); their names."""
+    if parts.split:
+        if parts.leader is not None:
+            raise ValidationError("a group led by its first task cannot also be split.")
+        for suffix, part_count, extra in parts.split:
+            plan.add_task(
+                f"{name}@{suffix}",
+                base + parts.request + extra,
+                count=part_count,
+                creates=parts.creates or None,
+                source=source,
+            )
+        return tuple(f"{name}@{suffix}" for suffix, _, _ in parts.split)
     if parts.leader is None:
         plan.add_task(
             name, base + parts.request, count=count, creates=parts.creates or None, source=source
@@ -272,6 +295,10 @@ class AllOf(Policy):
             policy.after_launch(ref)
         for policy in self.policies:
             watch_done(policy, ref)
+
+    def launch_failed(self, spec: TaskSpec) -> None:
+        for policy in self.policies:
+            policy.launch_failed(spec)
 
 
 class FirstOf(Policy):
