@@ -24,6 +24,13 @@ from escher.esl._ledger import RecoveryReport
 from escher.esl._locality import DataLocality
 from escher.esl._plan_parts import PlanParts
 from escher.esl._policy import AllOf, FirstOf, Policy, Requests, SoftConstraints
+from escher.esl._prefer import (
+    PreferApart,
+    Preferences,
+    PreferNodes,
+    PreferSpread,
+    PreferTogether,
+)
 from escher.esl._signal import Barrier, Event, Signals, TaskQueue
 from escher.esl._soft import SoftTaskRef
 from escher.esl._spread import AntiAffinity, BinPacking, LoadBalance
@@ -101,6 +108,11 @@ __all__ = [
     "PlanParts",
     "Policy",
     "Prediction",
+    "PreferApart",
+    "PreferNodes",
+    "PreferSpread",
+    "PreferTogether",
+    "Preferences",
     "Priority",
     "QueuedTask",
     "QueueingPolicy",

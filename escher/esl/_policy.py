@@ -40,6 +40,9 @@ class Policy:
     """
 
     backend: Backend
+    #: In an `AllOf`, run this policy's `before_launch` after the others' (it steers by the
+    #: final request, e.g. `Preferences`).
+    launch_last = False
 
     #: How the policy is named in verifier explanations.
     @property
@@ -244,8 +247,9 @@ def _backend_of(items: tuple[Any, ...], backend: Backend | None) -> Backend:
 class AllOf(Policy):
     """AND: every policy holds. A task's request is the sum of the policies' requests.
 
-    Every policy's hooks run: `before_launch` in order (each sees the previous one's spec),
-    then `after_launch` and `task_done` for each.
+    Every policy's hooks run: `before_launch` in order (each sees the previous one's spec;
+    policies with `launch_last` after the others), then `after_launch` and `task_done` for
+    each.
 
     Example: ``lb & colo.group("pair-1", size=2)`` places a pair on one node while the
     load balancer caps tasks per node. ``a & b`` builds the same thing.
@@ -286,7 +290,7 @@ class AllOf(Policy):
         return record
 
     def before_launch(self, spec: TaskSpec) -> TaskSpec:
-        for policy in self.policies:
+        for policy in sorted(self.policies, key=lambda p: p.launch_last):
             spec = policy.before_launch(spec)
         return spec
 
