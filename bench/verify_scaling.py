@@ -1,40 +1,49 @@
-"""Pre-flight verification at scale: escher.verify vs a straightforward aggregated Z3 encoding.
+"""Pre-flight verification at scale: `escher verify` vs a straightforward aggregated Z3 encoding.
 
-Four instance families on heterogeneous clusters (CPU-only, large-memory, 8-GPU and FPGA
-nodes, some already partly loaded) packed to about 95%:
+Every instance is written as a plan file and a cluster file and checked with the command a
+user runs, in process (`escher verify PLAN --cluster C`, intent proofs on), and again with
+`--no-intents`; the baseline (integer counts per (task shape, node), 0/1 variables per node
+only for tasks under intents, one Z3 call, no pre-checks) runs in the same process on the
+same instance with a time limit. Columns: seconds to the verdict and in all (default path),
+in all with --no-intents, the baseline's, and baseline / default.
 
-  (a) feasible by construction
-  (b) one GPU task more than the total GPU capacity
-  (c) co-locate a-b, co-locate b-c, separate a-c
-  (d) fragmentation: 3-GPU tasks on 8-GPU nodes, enough GPUs in total, no node with 3 free
+Families (expected verdict by construction):
 
-Columns: escher's total seconds and its model-building part ("model s": grouping nodes into
-types and tasks into classes), the baseline's Z3 model build and solve, and baseline/escher.
+  a  heterogeneous cluster (CPU, large-memory, 8-GPU, FPGA nodes, 20% partly loaded) packed
+     to ~95%, with anti-affinity groups (a label per node, Separated) and co-location groups
+     (the first task creates the group's label): feasible
+  b  as a, plus one GPU task more than the GPUs: infeasible
+  c  as a, plus co-locate x-y, y-z and separate x-z: infeasible
+  d  fragmentation: 3-GPU tasks, enough GPUs in total, no node with 3 free: infeasible
+  t  zero-slack triplets: every node (capacity 1000) filled exactly by three tasks of sizes
+     250-500 (60 to 501 tasks): feasible; "t-short" is the same with one node fewer
+  m  multi-resource (CPU, memory) packings at 98-100% of capacity on three node types,
+     shapes from a catalogue then small fillers: feasible
+  u  suffix: the same plan written one entry per task instead of replicas
 
-Sizes: 100 nodes x ~900 tasks, 1,000 x ~9,000, 10,000 x ~90,000 (`--quick`: the first only).
-The baseline (integer counts per (task class, node), 0/1 variables per node only for the
-constrained tasks a/b/c, one Z3 call, no pre-checks) runs in the same process with a time
-limit; its model build is capped too. Prints a table with times, ratios and whether each
-verdict agrees with the construction.
-
-    python bench/verify_scaling.py [--quick] [--baseline-timeout S] [--seed N]
+    python bench/verify_scaling.py [--quick] [--baseline-timeout S] [--timeout S] [--seed N]
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import random
+import statistics
 import sys
+import tempfile
 import time
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import z3
+from click.testing import CliRunner
 
 from escher.core.cluster import ClusterState
 from escher.core.plan import Colocated, Plan, Separated
-from escher.verify import Verdict, verify
+from escher.verify._cli import verify as verify_cmd
 
 NODE_TYPES: dict[str, dict[str, float]] = {
     "cpu": {"CPU": 32, "memory": 128},
@@ -43,12 +52,11 @@ NODE_TYPES: dict[str, dict[str, float]] = {
     "fpga": {"CPU": 16, "FPGA": 2, "memory": 64},
 }
 MIX = [("cpu", 0.5), ("large", 0.15), ("gpu8", 0.25), ("fpga", 0.10)]
-# Discrete partial loads (what running tasks already hold) for ~20% of the nodes.
-LOADS: dict[str, list[dict[str, float]]] = {
-    "cpu": [{"CPU": 8, "memory": 32}],
-    "large": [{"CPU": 32, "memory": 256}],
-    "gpu8": [{"CPU": 8, "GPU": 2, "memory": 64}],
-    "fpga": [{"CPU": 4, "FPGA": 1, "memory": 16}],
+LOADS: dict[str, dict[str, float]] = {
+    "cpu": {"CPU": 8, "memory": 32},
+    "large": {"CPU": 32, "memory": 256},
+    "gpu8": {"CPU": 8, "GPU": 2, "memory": 64},
+    "fpga": {"CPU": 4, "FPGA": 1, "memory": 16},
 }
 SHAPES: dict[str, dict[str, float]] = {
     "small": {"CPU": 2, "memory": 8},
@@ -64,6 +72,7 @@ FILLERS = {
     "gpu8": ["small", "medium"],
     "fpga": ["small"],
 }
+TINY = {"CPU": 0.1, "memory": 0.1}
 
 
 def _fits(req: dict[str, float], free: dict[str, float]) -> bool:
@@ -75,80 +84,148 @@ def _take(req: dict[str, float], free: dict[str, float]) -> None:
         free[k] -= v
 
 
-def make(n_nodes: int, family: str, seed: int) -> tuple[Plan, ClusterState, bool]:
-    """One instance and the verdict its construction implies (True = feasible)."""
-    rng = random.Random(seed)
-    nodes = []
+def _fill_accelerators(kind: str, family: str, free: dict[str, float], tasks: list[str]) -> None:
+    if kind == "gpu8":
+        shape = "gpu3" if family == "d" else "gpu1"
+        while free["GPU"] >= SHAPES[shape]["GPU"]:
+            _take(SHAPES[shape], free)
+            tasks.append(shape)
+        if family == "d" and free["GPU"] >= 2:
+            _take(SHAPES["gpu1"], free)
+            tasks.append("gpu1")
+    if kind == "fpga":
+        while free["FPGA"] >= 1:
+            _take(SHAPES["fpga1"], free)
+            tasks.append("fpga1")
+
+
+def _cluster_tasks(n_nodes: int, family: str, rng: random.Random) -> tuple[list[Any], list[str]]:
+    nodes: list[dict[str, Any]] = []
     tasks: list[str] = []
     for i in range(n_nodes):
         kind = rng.choices([k for k, _ in MIX], [w for _, w in MIX])[0]
         total = dict(NODE_TYPES[kind])
         avail = dict(total)
         if rng.random() < 0.2:
-            for k, v in rng.choice(LOADS[kind]).items():
+            for k, v in LOADS[kind].items():
                 avail[k] -= v
         nodes.append(
             {"id": f"{kind}-{i:05d}", "total": total, "available": avail, "labels": {"type": kind}}
         )
         free = dict(avail)
-        if kind == "gpu8":
-            if family == "d":
-                while free["GPU"] >= 3:
-                    _take(SHAPES["gpu3"], free)
-                    tasks.append("gpu3")
-                if free["GPU"] >= 2:
-                    _take(SHAPES["gpu1"], free)
-                    tasks.append("gpu1")
-            else:
-                while free["GPU"] >= 1:
-                    _take(SHAPES["gpu1"], free)
-                    tasks.append("gpu1")
-        if kind == "fpga":
-            while free["FPGA"] >= 1:
-                _take(SHAPES["fpga1"], free)
-                tasks.append("fpga1")
-        # Fill the rest to about 95% of the node's CPU.
-        while free["CPU"] > 0.05 * total["CPU"]:
+        _fill_accelerators(kind, family, free, tasks)
+        while free["CPU"] > 0.05 * total["CPU"] + 1:  # ~95%, room left for the tiny tasks
             options = [s for s in FILLERS[kind] if _fits(SHAPES[s], free)]
             if not options:
                 break
             shape = rng.choice(options)
             _take(SHAPES[shape], free)
             tasks.append(shape)
-    state = ClusterState.from_dict({"nodes": nodes})
-    feasible = True
-    if family == "b":
-        tasks.append("gpu1")  # every GPU is taken by construction: one too many
-        feasible = False
-    if family == "d":
-        tasks.append("gpu3")  # every GPU node has < 3 GPUs free now
-        feasible = False
-    # Group into jobs (PlannedTasks with a count), as ESLs and users write them.
+    return nodes, tasks
+
+
+def _add_policies(plan: Plan, n_nodes: int, rng: random.Random) -> None:
+    """Anti-affinity and co-location groups as the ESLs declare them."""
+    for g in range(max(1, n_nodes // 50)):
+        label = f"anti-{g}"
+        plan.add_resource(label, 1, {"CPU": 1}, source=f"AntiAffinity('{label}')")
+        plan.add_task(
+            label, {**TINY, label: 1}, count=3, source=f"AntiAffinity('{label}').launch"
+        )
+        plan.add_intent(Separated((label,), source=f"AntiAffinity('{label}')"))
+        grp = f"grp-{g}"
+        plan.add_task(f"{grp}-first", TINY, creates={grp: 2}, source=f"CoLocation('{grp}')")
+        plan.add_task(grp, {**TINY, grp: 1}, count=2, source=f"CoLocation('{grp}')")
+        plan.add_intent(Colocated((f"{grp}-first", grp), source=f"CoLocation('{grp}')"))
+    _ = rng
+
+
+def family(n_nodes: int, fam: str, seed: int, grouped: bool = True) -> tuple[Plan, Any, bool]:
+    """Families a-d. Returns (plan, cluster document, expected feasible)."""
+    rng = random.Random(seed)
+    nodes, tasks = _cluster_tasks(n_nodes, fam, rng)
+    feasible = fam == "a"
+    if fam == "b":
+        tasks.append("gpu1")
+    if fam == "d":
+        tasks.append("gpu3")
+    plan = _jobs(tasks, rng, grouped, SHAPES)
+    _add_policies(plan, n_nodes, rng)
+    if fam == "c":
+        for name in ("x", "y", "z"):
+            plan.add_task(name, TINY, source=f"service {name}")
+        plan.add_intent(Colocated(("x", "y"), source="CoLocation(x, y)"))
+        plan.add_intent(Colocated(("y", "z"), source="CoLocation(y, z)"))
+        plan.add_intent(Separated(("x", "z"), source="AntiAffinity(x, z)"))
+    return plan, {"nodes": nodes}, feasible
+
+
+def _jobs(tasks: list[str], rng: random.Random, grouped: bool, shapes: dict[str, Any]) -> Plan:
+    """Group into jobs of 1-12 replicas (as users write them), or one entry per task."""
     rng.shuffle(tasks)
+    plan = Plan()
+    if not grouped:
+        for j, s in enumerate(tasks):
+            plan.add_task(f"{s}-{j}", shapes[s], source=f"task {j}")
+        return plan
     counts: dict[str, int] = defaultdict(int)
     for s in tasks:
         counts[s] += 1
-    plan = Plan()
     job = 0
     for shape, n in sorted(counts.items()):
         while n:
             k = min(n, rng.randint(1, 12))
-            plan.add_task(f"{shape}-{job}", SHAPES[shape], count=k, source=f"job {job}")
+            plan.add_task(f"{shape}-{job}", shapes[shape], count=k, source=f"job {job}")
             job += 1
             n -= k
-    if family == "c":
-        # Nothing else on the cluster has room for them: take them from existing jobs' slack.
-        for name in ("a", "b", "c"):
-            plan.add_task(name, {"CPU": 0.1, "memory": 0.1}, source=f"service {name}")
-        plan.add_intent(Colocated(("a", "b"), source="CoLocation(a, b)"))
-        plan.add_intent(Colocated(("b", "c"), source="CoLocation(b, c)"))
-        plan.add_intent(Separated(("a", "c"), source="AntiAffinity(a, c)"))
-        feasible = False
-    return plan, state, feasible
+    return plan
 
 
-def baseline(plan: Plan, state: ClusterState, timeout: float) -> tuple[str, float, float]:
-    """The straightforward aggregated encoding. Returns (verdict, build s, solve s)."""
+def triplets(n_nodes: int, seed: int, short: bool, grouped: bool) -> tuple[Plan, Any, bool]:
+    """Zero-slack: each node of capacity 1000 filled exactly by three tasks of 250-500."""
+    rng = random.Random(seed)
+    sizes: list[int] = []
+    for _ in range(n_nodes):
+        x = rng.randint(250, 500)
+        y = rng.randint(max(250, 500 - x), min(500, 750 - x))
+        sizes += [x, y, 1000 - x - y]
+    shapes = {str(s): {"mem": s} for s in sizes}
+    plan = _jobs([str(s) for s in sizes], rng, grouped, shapes)
+    m = n_nodes - 1 if short else n_nodes
+    nodes = [{"id": f"n{i:04d}", "total": {"mem": 1000}} for i in range(m)]
+    return plan, {"nodes": nodes}, not short
+
+
+M_TYPES = {"m64": (64, 256), "m32": (32, 128), "m96": (96, 384)}
+M_SHAPES = [(1, 2), (2, 8), (4, 16), (8, 32), (16, 64), (6, 12), (12, 48), (3, 24)]
+M_FILL = [(1, 4), (1, 2), (1, 1)]
+
+
+def multi(n_nodes: int, seed: int, grouped: bool) -> tuple[Plan, Any, bool]:
+    """Two resources packed to 98-100%: catalogue shapes, then small fillers."""
+    rng = random.Random(seed)
+    nodes = []
+    tasks: list[str] = []
+    shapes = {f"c{c}-m{m}": {"CPU": c, "memory": m} for c, m in M_SHAPES + M_FILL}
+    for i in range(n_nodes):
+        kind = rng.choice(sorted(M_TYPES))
+        cpu, mem = M_TYPES[kind]
+        nodes.append({"id": f"{kind}-{i:05d}", "total": {"CPU": cpu, "memory": mem}})
+        free = [cpu, mem]
+        for catalogue in (M_SHAPES, M_FILL):
+            while True:
+                options = [(c, m) for c, m in catalogue if c <= free[0] and m <= free[1]]
+                if not options:
+                    break
+                c, m = rng.choice(options)
+                free[0] -= c
+                free[1] -= m
+                tasks.append(f"c{c}-m{m}")
+    return _jobs(tasks, rng, grouped, shapes), {"nodes": nodes}, True
+
+
+def baseline(plan: Plan, state: ClusterState, timeout: float) -> tuple[str, float]:
+    """The straightforward aggregated encoding. Returns (verdict, seconds)."""
     t0 = time.perf_counter()
     deadline = time.monotonic() + timeout
     ctx = z3.Context()
@@ -161,16 +238,14 @@ def baseline(plan: Plan, state: ClusterState, timeout: float) -> tuple[str, floa
             classes[t.resources] += t.count
     loads: dict[tuple[int, str], list[Any]] = defaultdict(list)
     for ci, (req, count) in enumerate(classes.items()):
-        xs = []
-        for j in range(len(nodes)):
-            v = z3.Int(f"x{ci}_{j}", ctx)
+        xs = [z3.Int(f"x{ci}_{j}", ctx) for j in range(len(nodes))]
+        for j, v in enumerate(xs):
             s.add(v >= 0)
-            xs.append(v)
             for r, q in req.items():
                 loads[(j, r)].append(q * v)
-            if time.monotonic() > deadline:
-                return ("unknown (build timeout)", time.perf_counter() - t0, 0.0)
         s.add(z3.Sum(xs) == count)
+        if time.monotonic() > deadline:
+            return ("unknown (build timeout)", time.perf_counter() - t0)
     onehot: dict[str, list[Any]] = {}
     for name in sorted(constrained):
         t = plan.task(name)
@@ -180,87 +255,113 @@ def baseline(plan: Plan, state: ClusterState, timeout: float) -> tuple[str, floa
         for j in range(len(nodes)):
             for r, q in t.resources.items():
                 loads[(j, r)].append(z3.If(bs[j], z3.RealVal(q, ctx), z3.RealVal(0, ctx)))
+        if time.monotonic() > deadline:
+            return ("unknown (build timeout)", time.perf_counter() - t0)
     for intent in plan.intents:
-        a = intent.tasks
         for j in range(len(nodes)):
             if isinstance(intent, Colocated):
-                for x, y in itertools.pairwise(a):
+                for x, y in itertools.pairwise(intent.tasks):
                     s.add(onehot[x][j] == onehot[y][j])
             elif isinstance(intent, Separated):
-                s.add(z3.PbLe([(onehot[x][j], 1) for x in a], 1))
-    names = _resources(plan)
+                s.add(z3.PbLe([(onehot[x][j], 1) for x in intent.tasks], 1))
     for j, nid in enumerate(nodes):
         avail = state.nodes[nid].available
-        for r in names:
+        for r in {r for t in plan.tasks for r in t.resources}:
             terms = loads.get((j, r))
             if terms:
                 s.add(z3.Sum(terms) <= avail.get(r, 0.0))
-        if time.monotonic() > deadline:
-            return ("unknown (build timeout)", time.perf_counter() - t0, 0.0)
-    build = time.perf_counter() - t0
     s.set("timeout", max(1, int((deadline - time.monotonic()) * 1000)))
-    t1 = time.perf_counter()
     res = s.check()
-    solve = time.perf_counter() - t1
-    verdict = (
-        "feasible" if res == z3.sat else "infeasible" if res == z3.unsat else "unknown (timeout)"
+    verdict = "feasible" if res == z3.sat else "infeasible" if res == z3.unsat else "unknown"
+    return verdict, time.perf_counter() - t0
+
+
+def run_cli(plan_file: str, cluster_file: str, timeout: float, intents: bool) -> dict[str, Any]:
+    """`escher verify PLAN --cluster C --format json` in process: the user's command."""
+    args = [plan_file, "--cluster", cluster_file, "--format", "json", "--timeout", str(timeout)]
+    if not intents:
+        args.append("--no-intents")
+    t0 = time.perf_counter()
+    out = CliRunner().invoke(verify_cmd, args)
+    wall = time.perf_counter() - t0
+    data: dict[str, Any] = json.loads(out.stdout) if out.stdout.strip() else {}
+    data["wall"] = wall
+    data["exit"] = out.exit_code
+    return data
+
+
+def instances(quick: bool, seed: int) -> list[tuple[str, int, Any]]:
+    sizes = [100] if quick else [100, 1000, 10000]
+    out: list[tuple[str, int, Any]] = []
+    for n in sizes:
+        for fam in "abcd":
+            out.append((fam, n, lambda n=n, f=fam: family(n, f, seed)))
+    for n in [100] if quick else [100, 1000]:
+        for fam in "ad":
+            out.append((f"{fam}-u", n, lambda n=n, f=fam: family(n, f, seed, grouped=False)))
+    for n in [20, 50] if quick else [20, 50, 100, 167]:
+        out.append(("t", n, lambda n=n: triplets(n, seed, False, True)))
+        out.append(("t-short", n, lambda n=n: triplets(n, seed, True, True)))
+        out.append(("t-u", n, lambda n=n: triplets(n, seed, False, False)))
+    for n in [100] if quick else [100, 1000]:
+        out.append(("m", n, lambda n=n: multi(n, seed, True)))
+        out.append(("m-u", n, lambda n=n: multi(n, seed, False)))
+    return out
+
+
+def _row(
+    fam: str, n: int, plan: Plan, expect: str, d: dict[str, Any], ni: dict[str, Any], base: Any
+) -> str:
+    status = d.get("status", f"exit {d['exit']}")
+    verdict_s = d.get("stats", {}).get("seconds", {}).get("verdict", float("nan"))
+    intents = d.get("intents", [])
+    proven = sum(1 for i in intents if i["status"] == "proven")
+    bv, bs = base
+    ratio = f"{bs / d['wall']:.1f}x" if bv in ("feasible", "infeasible") else f">{bs / d['wall']:.0f}x"
+    agree = "yes" if status == expect else "NO"
+    replicas = sum(t.count for t in plan.tasks)
+    return (
+        f"{fam:>8} {n:>6}x{replicas:<7} {len(plan.tasks):>6} {expect:>10} {status:>10} "
+        f"{verdict_s:8.2f} {d['wall']:8.2f} {ni['wall']:8.2f} "
+        f"{proven:>3}/{len(intents):<3} {bv[:18]:>18} {bs:8.2f} {ratio:>7} {agree}"
     )
-    return verdict, build, solve
-
-
-def _resources(plan: Plan) -> list[str]:
-    return sorted({r for t in plan.tasks for r in t.resources})
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="only 100 nodes x ~900 tasks")
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes only")
     ap.add_argument("--baseline-timeout", type=float, default=30.0)
-    ap.add_argument("--timeout", type=float, default=120.0, help="escher.verify's limit")
+    ap.add_argument("--timeout", type=float, default=60.0, help="escher verify --timeout")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--repeat", type=int, default=1, help="runs per instance (medians)")
+    ap.add_argument("--only", default="", help="comma-separated families to run")
     args = ap.parse_args()
-    sizes = [100] if args.quick else [100, 1000, 10000]
     print(
-        f"{'size':>13} {'fam':>3} {'expect':>10} {'escher':>10} {'s':>7} {'model s':>7} "
-        f"{'method':>24} "
-        f"{'baseline':>24} {'build s':>8} {'solve s':>8} {'ratio':>7} agree"
+        f"{'family':>8} {'size':>14} {'tasks':>6} {'expect':>10} {'escher':>10} "
+        f"{'verdict':>8} {'default':>8} {'no-int':>8} {'intents':>7} {'baseline':>18} "
+        f"{'base s':>8} {'ratio':>7} agree"
     )
+    only = set(filter(None, args.only.split(",")))
     all_agree = True
-    for n in sizes:
-        for family in "abcd":
-            plan, state, feasible = make(n, family, args.seed)
-            replicas = sum(t.count for t in plan.tasks)
-            t0 = time.perf_counter()
-            result = verify(plan, state, timeout=args.timeout, check_intents=False)
-            ours = time.perf_counter() - t0
+    with tempfile.TemporaryDirectory() as tmp:
+        for fam, n, make in instances(args.quick, args.seed):
+            if only and fam not in only:
+                continue
+            plan, cluster, feasible = make()
             expect = "feasible" if feasible else "infeasible"
-            agree = result.status.value == expect
-            if result.status is Verdict.INFEASIBLE:
-                assert result.explanation is not None
-            all_agree &= agree
-            if n <= 1000:
-                bv, bb, bs = baseline(plan, state, args.baseline_timeout)
-                btot = bb + bs
-                done = bv in ("feasible", "infeasible")
-                ratio = f"{btot / ours:.1f}x" if done else f">{btot / ours:.0f}x"
-                bagree = "" if not done else ("" if bv == expect else " (baseline disagrees!)")
-            else:
-                bv, bb, bs, ratio, bagree = "not run", 0.0, 0.0, "-", ""
-            print(
-                f"{n:>5}x{replicas:<7} {family:>3} {expect:>10} {result.status.value:>10} "
-                f"{ours:7.2f} {result.stats['seconds'].get('build', 0.0):7.2f} "
-                f"{result.stats['method'][:24]:>24} {bv[:24]:>24} {bb:8.2f} "
-                f"{bs:8.2f} {ratio:>7} {'yes' if agree else 'NO'}{bagree}"
-            )
+            pf, cf = Path(tmp, "plan.json"), Path(tmp, "cluster.json")
+            pf.write_text(json.dumps(plan.to_dict()))
+            cf.write_text(json.dumps(cluster))
+            runs = [run_cli(str(pf), str(cf), args.timeout, True) for _ in range(args.repeat)]
+            no_int = [run_cli(str(pf), str(cf), args.timeout, False) for _ in range(args.repeat)]
+            d = sorted(runs, key=lambda r: r["wall"])[len(runs) // 2]
+            d["wall"] = statistics.median(r["wall"] for r in runs)
+            ni = {"wall": statistics.median(r["wall"] for r in no_int)}
+            state = ClusterState.from_dict(cluster)
+            base = baseline(plan, state, args.baseline_timeout) if n <= 1000 else ("not run", 0.0)
+            all_agree &= d.get("status") == expect
+            print(_row(fam, n, plan, expect, d, ni, base))
             sys.stdout.flush()
-            if family in "bcd" and result.explanation is not None and n == sizes[0]:
-                print(
-                    "      explanation: "
-                    + "; ".join(s.text[:70] for s in result.explanation.statements[:6])
-                    + (" ..." if len(result.explanation.statements) > 6 else "")
-                    + f" [{len(result.explanation.statements)} statements, "
-                    f"minimal={result.explanation.minimal}]"
-                )
     print("all verdicts agree with the construction" if all_agree else "DISAGREEMENT")
     return 0 if all_agree else 1
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,7 +9,8 @@ from types import MappingProxyType
 from typing import Any
 
 from escher.core.errors import PlanFormatError, UnknownNodeError, ValidationError, did_you_mean
-from escher.core.resources import Resources
+from escher.core.formats import load_json, validate_document
+from escher.core.resources import EPSILON, Resources
 
 
 @dataclass(frozen=True)
@@ -88,43 +88,23 @@ class ClusterState:
 
     @classmethod
     def from_dict(cls, data: Any, *, source: str = "<cluster>") -> ClusterState:
-        """Parse the cluster file format.
+        """Parse the cluster file format (validated against ``cluster.schema.json``).
 
-        Nodes may omit `available` (defaults to `total`) and `ephemeral`.
+        Nodes may omit `available` (defaults to `total`), `labels`, `alive` and `ephemeral`.
+        Beyond the schema: node ids are unique, resource names are valid, and no available
+        quantity exceeds the node's total of that resource.
 
         Raises:
-            PlanFormatError: naming `source` and the place of the problem.
+            PlanFormatError: naming `source`, the place and the problem.
         """
-        if not isinstance(data, Mapping) or not isinstance(data.get("nodes"), list):
-            raise PlanFormatError(f"{source}: expected an object with a list 'nodes'.")
+        validate_document(data, "cluster", source=source)
         nodes: dict[str, Node] = {}
         for i, raw in enumerate(data["nodes"]):
-            where = f"{source}: nodes[{i}]"
-            if not isinstance(raw, Mapping) or not isinstance(raw.get("id"), str):
-                raise PlanFormatError(f"{where}: expected an object with a string 'id'.")
-            unknown = set(raw) - {"id", "total", "available", "labels", "alive", "ephemeral"}
-            if unknown:
-                raise PlanFormatError(f"{where}: unknown field(s) {sorted(unknown)}.")
-            try:
-                total = Resources(raw.get("total") or {})
-                available = Resources(raw.get("available", raw.get("total")) or {})
-            except (ValidationError, AttributeError, TypeError) as exc:
-                raise PlanFormatError(f"{where}: {exc}") from None
-            labels = raw.get("labels") or {}
-            if not isinstance(labels, Mapping):
-                raise PlanFormatError(f"{where}.labels: expected an object.")
-            if raw["id"] in nodes:
-                raise PlanFormatError(f"{where}: duplicate node id {raw['id']!r}.")
-            nodes[raw["id"]] = Node(
-                id=raw["id"],
-                total=total,
-                available=available,
-                labels={str(k): str(v) for k, v in labels.items()},
-                alive=bool(raw.get("alive", True)),
-                ephemeral=frozenset(raw.get("ephemeral") or ()),
-            )
-        time = data.get("time", 0.0)
-        return cls(nodes=nodes, time=float(time) if isinstance(time, int | float) else 0.0)
+            node = _node_from_dict(raw, f"{source}: nodes[{i}]")
+            if node.id in nodes:
+                raise PlanFormatError(f"{source}: nodes[{i}].id: duplicate node id {node.id!r}.")
+            nodes[node.id] = node
+        return cls(nodes=nodes, time=float(data.get("time", 0.0)))
 
     @classmethod
     def load(cls, path: str | Path) -> ClusterState:
@@ -133,14 +113,29 @@ class ClusterState:
         Raises:
             PlanFormatError: unreadable file or bad content, naming the file and place.
         """
+        return cls.from_dict(load_json(path, "cluster"), source=str(path))
+
+
+def _node_from_dict(raw: Mapping[str, Any], where: str) -> Node:
+    """One node of a schema-valid cluster document; checks the rules the schema cannot."""
+    vectors = {}
+    for key in ("total", "available"):
         try:
-            text = Path(path).read_text()
-        except OSError as exc:
-            raise PlanFormatError(f"{path}: cannot read cluster file: {exc.strerror}.") from None
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise PlanFormatError(
-                f"{path}: line {exc.lineno} column {exc.colno}: {exc.msg}."
-            ) from None
-        return cls.from_dict(data, source=str(path))
+            vectors[key] = Resources(raw.get(key, raw.get("total")) or {})
+        except ValidationError as exc:
+            raise PlanFormatError(f"{where}.{key}: {exc}") from None
+    total, available = vectors["total"], vectors["available"]
+    if not available.fits_in(total):
+        over = {k: v for k, v in available.items() if v > total.get(k, 0.0) + EPSILON}
+        raise PlanFormatError(
+            f"{where}.available: {over} exceeds the node's total "
+            f"{ {k: total.get(k, 0.0) for k in over} }; available is at most total."
+        )
+    return Node(
+        id=raw["id"],
+        total=total,
+        available=available,
+        labels=dict(raw.get("labels", {})),
+        alive=raw.get("alive", True),
+        ephemeral=frozenset(raw.get("ephemeral", ())),
+    )

@@ -1,6 +1,7 @@
 """`Plan`: tasks, ephemeral resources and declared intents, as backend-neutral values.
 
-A plan is what the verifier checks before launch. ESLs add to it (each entry keeps the
+A plan is what the verifier (`escher.verify.verify(plan, state)`) checks before launch.
+ESLs add to it (each entry keeps the
 `source` that made it, so explanations speak in the user's terms); users can also write one
 by hand or load it from a plan file.
 """
@@ -10,14 +11,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from escher.core.errors import ValidationError
+from escher.core.errors import PlanFormatError, ValidationError
+from escher.core.formats import load_json, validate_document
 from escher.core.nodespec import NodeSpec, NodeSpecLike
 from escher.core.resources import Resources, validate_label, validate_quantity
 
-if TYPE_CHECKING:  # pragma: no cover
-    from escher.core.cluster import ClusterState
+#: The plan file format version this escher reads and writes.
+PLAN_VERSION = 1
+
+#: At most this many replicas in one plan (every replica gets a place in a witness).
+MAX_REPLICAS = 10_000_000
 
 
 @dataclass(frozen=True)
@@ -187,13 +192,26 @@ INTENT_KINDS: Mapping[str, type[Intent]] = {
 
 @dataclass
 class Plan:
-    """A batch of tasks, ephemeral resources and intents to verify and launch."""
+    """A batch of tasks, ephemeral resources and intents to verify and launch.
+
+    Check one with `escher.verify.verify(plan, state)`; save and load it with `to_dict`,
+    `from_dict` and `load` (the plan file format, docs/file-formats.md).
+    """
 
     resources: list[PlannedResource] = field(default_factory=list)
     tasks: list[PlannedTask] = field(default_factory=list)
     intents: list[Intent] = field(default_factory=list)
     #: Groupings of nodes defined by escher rather than node labels: key -> node -> domain.
     topologies: dict[str, dict[str, str]] = field(default_factory=dict)
+    _index: dict[str, PlannedTask] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
+    def _by_name(self) -> dict[str, PlannedTask]:
+        # Rebuilt when `tasks` was changed directly (it is a public list).
+        if len(self._index) != len(self.tasks):
+            self._index = {t.name: t for t in self.tasks}
+        return self._index
 
     def add_topology(self, key: str, domains: Mapping[str, str]) -> None:
         """Define topology `key` as node id -> domain name (overrides a node label `key`).
@@ -239,27 +257,38 @@ class Plan:
         """
         if not isinstance(name, str) or not name:
             raise ValidationError(f"task name must be a non-empty string, got {name!r}.")
-        if any(t.name == name for t in self.tasks):
+        index = self._by_name()
+        if name in index:
             raise ValidationError(f"the plan already has a task named {name!r}.")
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise ValidationError(f"count of task {name!r} must be an int >= 1, got {count!r}.")
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_REPLICAS:
+            raise ValidationError(
+                f"count of task {name!r} must be an int from 1 to {MAX_REPLICAS:,}, got {count!r}."
+            )
+        if not isinstance(concurrent, bool):
+            raise ValidationError(f"concurrent of task {name!r} must be True or False.")
+        if creates is not None and not isinstance(creates, Mapping):
+            raise ValidationError(f"creates of task {name!r} must map labels to capacities.")
         made = tuple(
             ResourceCreation(validate_label(k), validate_quantity(v, what=f"capacity of {k!r}"))
             for k, v in (creates or {}).items()
         )
+        if resources is not None and not isinstance(resources, Mapping):
+            raise ValidationError(f"resources of task {name!r} must map names to quantities.")
         task = PlannedTask(
             name, Resources.of(resources), count, made, concurrent, source or f"task {name!r}"
         )
         self.tasks.append(task)
+        index[name] = task
         return task
 
     def add_intent(self, intent: Intent) -> Intent:
         """Record an intent; every task it names must already be in the plan.
 
         Raises:
-            ValidationError: it names an unknown task.
+            ValidationError: it names an unknown task, or is not an `Intent`.
         """
-        known = {t.name for t in self.tasks}
+        check_intent(intent)
+        known = self._by_name()
         missing = [t for t in intent.tasks if t not in known]
         if missing:
             raise ValidationError(f"{intent.describe()} names unknown task(s) {missing}.")
@@ -267,47 +296,67 @@ class Plan:
         return intent
 
     def task(self, name: str) -> PlannedTask:
-        """The task with this name."""
-        for task in self.tasks:
-            if task.name == name:
-                return task
-        raise ValidationError(f"the plan has no task named {name!r}.")
+        """The task with this name.
+
+        Raises:
+            ValidationError: no task of that name.
+        """
+        try:
+            return self._by_name()[name]
+        except KeyError:
+            raise ValidationError(f"the plan has no task named {name!r}.") from None
 
     def extend(self, other: Plan) -> Plan:
         """Append everything from `other` (for composing ESL plans)."""
         self.resources.extend(other.resources)
+        index = self._by_name()
         for task in other.tasks:
-            if any(t.name == task.name for t in self.tasks):
+            if task.name in index:
                 raise ValidationError(f"both plans have a task named {task.name!r}.")
             self.tasks.append(task)
+            index[task.name] = task
         self.intents.extend(other.intents)
+        for key, domains in other.topologies.items():
+            self.topologies.setdefault(key, dict(domains))
         return self
-
-    def verify(self, state: ClusterState | None = None, **options: Any) -> Any:
-        """Verify this plan against `state` (default: the live backend's state).
-
-        See `escher.verify.verify` for the options and the result.
-        """
-        from escher.verify import verify
-
-        return verify(self, state, **options)
 
     def to_dict(self) -> dict[str, Any]:
         """This plan in the plan file format (docs/file-formats.md)."""
-        from escher.verify._files import plan_to_dict
-
-        return plan_to_dict(self)
+        out: dict[str, Any] = {
+            "version": PLAN_VERSION,
+            "resources": [_resource_to_dict(r) for r in self.resources],
+            "tasks": [_task_to_dict(t) for t in self.tasks],
+            "intents": [_intent_to_dict(i) for i in self.intents],
+        }
+        if self.topologies:
+            out["topologies"] = {k: dict(v) for k, v in self.topologies.items()}
+        return out
 
     @classmethod
     def from_dict(cls, data: Any, *, source: str = "<plan>") -> Plan:
-        """Parse the plan file format.
+        """Parse the plan file format (validated against ``plan.schema.json``).
 
         Raises:
-            PlanFormatError: naming `source`, the place and the problem.
+            PlanFormatError: naming `source`, the place (e.g. ``tasks[2].count``) and the
+                problem.
         """
-        from escher.verify._files import plan_from_dict
-
-        return plan_from_dict(data, source=source)
+        validate_document(data, "plan", source=source)
+        plan = cls()
+        for i, raw in enumerate(data.get("resources", ())):
+            _at(f"{source}: resources[{i}]", lambda r=raw: _add_resource(plan, r))
+        total = 0
+        for i, raw in enumerate(data["tasks"]):
+            total += raw.get("count", 1)
+            if total > MAX_REPLICAS:
+                raise PlanFormatError(
+                    f"{source}: tasks[{i}].count: more than {MAX_REPLICAS:,} replicas in all."
+                )
+            _at(f"{source}: tasks[{i}]", lambda r=raw: _add_task(plan, r))
+        for i, raw in enumerate(data.get("intents", ())):
+            _at(f"{source}: intents[{i}]", lambda r=raw: plan.add_intent(_intent_from_dict(r)))
+        for key, domains in data.get("topologies", {}).items():
+            plan.add_topology(key, domains)
+        return plan
 
     @classmethod
     def load(cls, path: str | Path) -> Plan:
@@ -316,11 +365,210 @@ class Plan:
         Raises:
             PlanFormatError: unreadable file or bad content, naming the file and place.
         """
-        from escher.verify._files import load_plan
+        return cls.from_dict(load_json(path, "plan"), source=str(path))
 
-        return load_plan(path)
+    def check(self) -> None:
+        """Check every entry, also ones appended to the lists directly (types, ranges, names).
+
+        Raises:
+            ValidationError: naming the entry (e.g. ``tasks[3]``) and the problem.
+        """
+        for i, r in enumerate(self.resources):
+            _at(f"resources[{i}]", lambda r=r: _check_resource(r), ValidationError)
+        names: set[str] = set()
+        for i, t in enumerate(self.tasks):
+            _at(f"tasks[{i}]", lambda t=t: _check_task(t, names), ValidationError)
+        for i, intent in enumerate(self.intents):
+            _at(f"intents[{i}]", lambda x=intent: _check_intent_names(x, names), ValidationError)
+        for key, domains in self.topologies.items():
+            _at(
+                f"topologies[{key!r}]",
+                lambda k=key, d=domains: Plan().add_topology(k, d),
+                ValidationError,
+            )
 
     @staticmethod
     def names(tasks: Iterable[PlannedTask]) -> list[str]:
         """The names of `tasks`."""
         return [t.name for t in tasks]
+
+
+def _positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def check_intent(intent: object) -> None:
+    """Check the fields of an intent built by hand (types and ranges).
+
+    Raises:
+        ValidationError: naming the field and the fix.
+    """
+    if not isinstance(intent, Intent):
+        raise ValidationError(f"expected an Intent, got {type(intent).__name__}.")
+    kind = intent.kind
+    if not isinstance(intent.tasks, tuple) or not intent.tasks:
+        raise ValidationError(f"{kind} intent: tasks must be a non-empty tuple of task names.")
+    if not all(isinstance(t, str) and t for t in intent.tasks):
+        raise ValidationError(f"{kind} intent: every task name must be a non-empty string.")
+    if isinstance(intent.weight, bool) or not isinstance(intent.weight, int | float):
+        raise ValidationError(f"{kind} intent: weight must be a number >= 0.")
+    if not 0 <= intent.weight <= 1e6:
+        raise ValidationError(f"{kind} intent: weight must be from 0 to 1e6, got {intent.weight}.")
+    key = getattr(intent, "topology_key", None)
+    if key is not None and (not isinstance(key, str) or not key):
+        raise ValidationError(f"{kind} intent: topology_key must be None or a non-empty string.")
+    for attr in ("per_node", "max_skew"):
+        if hasattr(intent, attr) and not _positive_int(getattr(intent, attr)):
+            raise ValidationError(f"{kind} intent: {attr} must be an int >= 1.")
+    if isinstance(intent, PinnedTo) and (
+        not isinstance(intent.nodes, tuple)
+        or not all(isinstance(n, str) and n for n in intent.nodes)
+    ):
+        raise ValidationError("pinned intent: nodes must be a tuple of node ids.")
+
+
+def _at(where: str, add: Any, error: type[ValidationError] = PlanFormatError) -> None:
+    """Run one `add_*` or check call; its ValidationError becomes `error` naming `where`."""
+    try:
+        add()
+    except PlanFormatError:
+        raise
+    except ValidationError as exc:
+        raise error(f"{where}: {exc}") from None
+
+
+def _check_resource(r: object) -> None:
+    if not isinstance(r, PlannedResource):
+        raise ValidationError(f"expected a PlannedResource, got {type(r).__name__}.")
+    validate_label(r.label)
+    validate_quantity(r.capacity, what="capacity")
+    if not isinstance(r.node_spec, NodeSpec):
+        raise ValidationError("node_spec must be a NodeSpec (use Plan.add_resource).")
+
+
+def _check_task(t: object, names: set[str]) -> None:
+    if not isinstance(t, PlannedTask):
+        raise ValidationError(f"expected a PlannedTask, got {type(t).__name__}.")
+    if not isinstance(t.name, str) or not t.name or t.name in names:
+        raise ValidationError(f"task name {t.name!r} is empty, not a string or used twice.")
+    names.add(t.name)
+    if not isinstance(t.resources, Resources):
+        raise ValidationError(f"task {t.name!r}: resources must be a Resources (use add_task).")
+    ok_count = isinstance(t.count, int) and not isinstance(t.count, bool)
+    if not ok_count or not 1 <= t.count <= MAX_REPLICAS:
+        raise ValidationError(f"task {t.name!r}: count must be an int from 1 to {MAX_REPLICAS:,}.")
+    if not isinstance(t.concurrent, bool):
+        raise ValidationError(f"task {t.name!r}: concurrent must be True or False.")
+    for c in t.creates if isinstance(t.creates, tuple) else (None,):
+        if not isinstance(c, ResourceCreation):
+            raise ValidationError(f"task {t.name!r}: creates must be ResourceCreation values.")
+        validate_label(c.label)
+        validate_quantity(c.capacity, what=f"capacity of {c.label!r}")
+
+
+def _check_intent_names(intent: object, names: set[str]) -> None:
+    check_intent(intent)
+    assert isinstance(intent, Intent)
+    missing = [t for t in intent.tasks if t not in names]
+    if missing:
+        raise ValidationError(f"{intent.describe()} names unknown task(s) {missing}.")
+
+
+def _spec_to_dict(spec: NodeSpec) -> dict[str, Any]:
+    if spec.node_id is not None:
+        return {"node": spec.node_id}
+    out: dict[str, Any] = {}
+    if spec.having is not None:
+        out["available"] = spec.having.to_dict()
+    elif spec.labels is not None:
+        out["labels"] = dict(spec.labels)
+    if spec.num_nodes is not None:
+        out["num_nodes"] = spec.num_nodes
+    return out
+
+
+def _spec_from_dict(raw: Mapping[str, Any]) -> NodeSpec:
+    num = raw.get("num_nodes")
+    if "node" in raw:
+        return NodeSpec.node(raw["node"])
+    if "available" in raw:
+        return NodeSpec.with_available(raw["available"], num_nodes=num)
+    return NodeSpec.with_labels(raw["labels"], num_nodes=num)
+
+
+def _resource_to_dict(r: PlannedResource) -> dict[str, Any]:
+    return {
+        "label": r.label,
+        "capacity": r.capacity,
+        "node_spec": _spec_to_dict(r.node_spec),
+        "source": r.source,
+    }
+
+
+def _add_resource(plan: Plan, raw: Mapping[str, Any]) -> None:
+    if raw["node_spec"] == {}:
+        raise ValidationError("node_spec: give exactly one of 'node', 'available' or 'labels'.")
+    plan.add_resource(
+        raw["label"],
+        raw["capacity"],
+        _spec_from_dict(raw["node_spec"]),
+        source=raw.get("source", ""),
+    )
+
+
+def _task_to_dict(t: PlannedTask) -> dict[str, Any]:
+    return {
+        "name": t.name,
+        "resources": t.resources.to_dict(),
+        "count": t.count,
+        "creates": {c.label: c.capacity for c in t.creates},
+        "concurrent": t.concurrent,
+        "source": t.source,
+    }
+
+
+def _add_task(plan: Plan, raw: Mapping[str, Any]) -> None:
+    plan.add_task(
+        raw["name"],
+        raw.get("resources") or {},
+        count=raw.get("count", 1),
+        creates=raw.get("creates") or None,
+        concurrent=raw.get("concurrent", True),
+        source=raw.get("source", ""),
+    )
+
+
+# Intent fields beyond kind/tasks/source/weight, per class, as (attribute, file field).
+_INTENT_EXTRA: dict[str, tuple[str, ...]] = {
+    "colocated": ("topology_key",),
+    "separated": ("topology_key",),
+    "gang": (),
+    "spread": ("per_node", "topology_key"),
+    "spread_evenly": ("topology_key", "max_skew"),
+    "pinned": ("nodes",),
+}
+
+
+def _intent_to_dict(i: Intent) -> dict[str, Any]:
+    entry: dict[str, Any] = {"kind": i.kind, "tasks": list(i.tasks), "source": i.source}
+    if i.weight:
+        entry["weight"] = i.weight
+    for attr in _INTENT_EXTRA.get(i.kind, ()):
+        value = getattr(i, attr)
+        if attr == "topology_key" and value is None:
+            continue
+        entry[attr] = list(value) if isinstance(value, tuple) else value
+    return entry
+
+
+def _intent_from_dict(raw: Mapping[str, Any]) -> Intent:
+    kind = raw["kind"]
+    extra = {a: raw[a] for a in _INTENT_EXTRA[kind] if a in raw}
+    if "nodes" in extra:
+        extra["nodes"] = tuple(extra["nodes"])
+    return INTENT_KINDS[kind](
+        tasks=tuple(raw["tasks"]),
+        source=raw.get("source", ""),
+        weight=float(raw.get("weight", 0.0)),
+        **extra,
+    )

@@ -139,7 +139,7 @@ class Policy:
 
         Adds the policy's resources, the tasks with their merged requests, and the intents,
         each with a `source` in the policy's terms. Returns the plan, ready for
-        ``plan.verify(state)``.
+        ``escher.verify.verify(plan, state)``.
         """
         plan = Plan() if plan is None else plan
         base = Resources.of(resources)

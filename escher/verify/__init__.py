@@ -2,8 +2,9 @@
 
 ```python
 from escher.verify import verify, Verdict
-result = verify(plan, state)
+result = verify(plan, escher.get_cluster_state())   # or ClusterState.load("cluster.json")
 if result.status is Verdict.INFEASIBLE:
+    print(result.cause)
     print(result.explanation.render())
 ```
 
@@ -11,26 +12,31 @@ See docs/verify.md.
 """
 
 from escher.verify._check import check_placement, intent_violation
+from escher.verify._intents import intent_subplan
 from escher.verify._model import Statement
 from escher.verify._result import (
+    EXIT_CODES,
     Explanation,
     IntentResult,
     IntentStatus,
     Verdict,
     VerificationResult,
 )
-from escher.verify._verify import DEFAULT_TIMEOUT, ensure_feasible, verify
+from escher.verify._verify import DEFAULT_TIMEOUT, Verifier, ensure_feasible, verify
 
 __all__ = [
     "DEFAULT_TIMEOUT",
+    "EXIT_CODES",
     "Explanation",
     "IntentResult",
     "IntentStatus",
     "Statement",
     "Verdict",
     "VerificationResult",
+    "Verifier",
     "check_placement",
     "ensure_feasible",
+    "intent_subplan",
     "intent_violation",
     "verify",
 ]

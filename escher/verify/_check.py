@@ -10,6 +10,7 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 
 from escher.core.cluster import ClusterState
+from escher.core.nodespec import NodeSpec
 from escher.core.plan import (
     Colocated,
     Gang,
@@ -18,11 +19,11 @@ from escher.core.plan import (
     Plan,
     Separated,
     SpreadAtMost,
+    SpreadEvenly,
 )
+from escher.core.resources import Resources
 
 __all__ = ["check_placement", "intent_violation"]
-
-_EPS = 1e-6
 
 
 def _capacities(
@@ -42,17 +43,7 @@ def _capacities(
         if spec.node_id is not None:
             chosen = [spec.node_id] if spec.node_id in avail else []
         else:
-            chosen = []
-            for nid in avail:
-                if spec.having is not None:
-                    ok = all(avail[nid].get(k, 0.0) + 1e-9 >= v for k, v in spec.having.items())
-                elif spec.labels is not None:
-                    labels = state.nodes[nid].labels
-                    ok = all(labels.get(k) == v for k, v in spec.labels.items())
-                else:
-                    ok = False
-                if ok:
-                    chosen.append(nid)
+            chosen = [nid for nid in avail if _selects(spec, state.nodes[nid].labels, avail[nid])]
             if spec.num_nodes is not None:
                 chosen = chosen[: spec.num_nodes]
         for nid in chosen:
@@ -66,29 +57,168 @@ def _capacities(
     return avail, held
 
 
-def intent_violation(
-    intent: Intent, placement: Mapping[str, Sequence[str]], state: ClusterState
+def _selects(spec: NodeSpec, labels: Mapping[str, str], avail: Mapping[str, float]) -> bool:
+    if spec.having is not None:
+        return spec.having.fits_in(avail)
+    if spec.labels is not None:
+        return all(labels.get(k) == v for k, v in spec.labels.items())
+    return False
+
+
+def _domain(
+    plan_topologies: Mapping[str, Mapping[str, str]], state: ClusterState, key: str, node: str
 ) -> str | None:
-    """Why `placement` violates `intent`, or None if it satisfies it."""
-    spots = [(t, i, n) for t in intent.tasks for i, n in enumerate(placement.get(t, ()))]
-    if isinstance(intent, Colocated):
-        nodes = {n for _, _, n in spots}
-        if len(nodes) > 1:
-            return f"{intent.describe()}: replicas on {len(nodes)} nodes {sorted(nodes)}"
-    elif isinstance(intent, Separated | SpreadAtMost):
-        limit = 1 if isinstance(intent, Separated) else intent.per_node
-        per = Counter(n for _, _, n in spots)
-        for n, k in sorted(per.items()):
-            if k > limit:
-                who = [f"{t}[{i}]" for t, i, m in spots if m == n]
-                return f"{intent.describe()}: {', '.join(who)} share node {n!r}"
-    elif isinstance(intent, PinnedTo):
-        for t, i, n in spots:
-            if n not in intent.nodes:
-                return f"{intent.describe()}: {t}[{i}] runs on {n!r}"
-    elif isinstance(intent, Gang):
-        return None  # all-or-nothing is a launch property; fitting together is a capacity check
+    n = state.nodes.get(node)
+    if n is None:
+        return None
+    if key in plan_topologies:
+        return plan_topologies[key].get(node)
+    value = n.labels.get(key)
+    return None if value is None else str(value)
+
+
+def _all_domains(
+    plan_topologies: Mapping[str, Mapping[str, str]], state: ClusterState, key: str | None
+) -> set[str]:
+    out: set[str] = set()
+    for nid, n in state.nodes.items():
+        if n.alive:
+            d = nid if key is None else _domain(plan_topologies, state, key, nid)
+            if d is not None:
+                out.add(d)
+    return out
+
+
+def _where(key: str | None, d: object) -> str:
+    return f"node {d!r}" if key is None else f"{key!r} domain {d!r}"
+
+
+def _limit_violation(
+    intent: Separated | SpreadAtMost, spots: list[tuple[str, int, str | None]], key: str | None
+) -> str | None:
+    limit = 1 if isinstance(intent, Separated) else intent.per_node
+    per = Counter(d for _, _, d in spots)
+    for d, k in sorted(per.items(), key=lambda x: str(x[0])):
+        if k > limit:
+            who = [f"{t}[{i}]" for t, i, m in spots if m == d]
+            return f"{intent.describe()}: {', '.join(who)} share {_where(key, d)}"
     return None
+
+
+def _even_violation(
+    intent: SpreadEvenly, spots: list[tuple[str, int, str | None]], doms: set[str]
+) -> str | None:
+    counts = Counter(d for _, _, d in spots)
+    if not doms:
+        return None
+    hi = max(doms, key=lambda d: (counts.get(d, 0), d))
+    lo = min(doms, key=lambda d: (counts.get(d, 0), d))
+    if counts.get(hi, 0) - counts.get(lo, 0) > intent.max_skew:
+        return (
+            f"{intent.describe()}: {counts.get(hi, 0)} in {hi!r} but {counts.get(lo, 0)} in {lo!r}"
+        )
+    return None
+
+
+def intent_violation(
+    intent: Intent,
+    placement: Mapping[str, Sequence[str]],
+    state: ClusterState,
+    topologies: Mapping[str, Mapping[str, str]] | None = None,
+) -> str | None:
+    """Why `placement` violates `intent`, or None if it satisfies it.
+
+    `topologies` are the plan's own groupings (`Plan.topologies`), which override node labels.
+    A gang is never violated here: all-or-nothing is a launch property, and fitting together
+    is a capacity check.
+    """
+    topo = topologies or {}
+    key = getattr(intent, "topology_key", None)
+    spots = [
+        (t, i, n if key is None else _domain(topo, state, key, n))
+        for t in intent.tasks
+        for i, n in enumerate(placement.get(t, ()))
+    ]
+    if key is not None:
+        for t, i, d in spots:
+            if d is None:
+                return (
+                    f"{intent.describe()}: {t}[{i}] runs on {placement[t][i]!r}, "
+                    f"in no {key!r} domain"
+                )
+    if isinstance(intent, Colocated):
+        where = {d for _, _, d in spots}
+        if len(where) > 1:
+            unit = "nodes" if key is None else f"{key!r} domains"
+            return f"{intent.describe()}: replicas in {len(where)} {unit} {sorted(map(str, where))}"
+    elif isinstance(intent, Separated | SpreadAtMost):
+        return _limit_violation(intent, spots, key)
+    elif isinstance(intent, SpreadEvenly):
+        return _even_violation(intent, spots, _all_domains(topo, state, key))
+    elif isinstance(intent, PinnedTo):
+        for t, i, node in spots:
+            if node not in intent.nodes:
+                return f"{intent.describe()}: {t}[{i}] runs on {node!r}"
+    return None
+
+
+def _count_errors(
+    plan: Plan, placement: Mapping[str, Sequence[str]], alive: Mapping[str, object]
+) -> list[str]:
+    errors: list[str] = []
+    tasks = {t.name for t in plan.tasks}
+    errors.extend(f"placement names unknown task {n!r}" for n in placement if n not in tasks)
+    for t in plan.tasks:
+        nodes = list(placement.get(t.name, ()))
+        if len(nodes) != t.count:
+            errors.append(f"task {t.name!r}: {len(nodes)} replicas placed, needs {t.count}")
+        errors.extend(f"task {t.name!r}: no alive node {n!r}" for n in nodes if n not in alive)
+    return errors
+
+
+def _with_creations(
+    plan: Plan,
+    placement: Mapping[str, Sequence[str]],
+    avail: dict[str, dict[str, float]],
+    held: dict[str, dict[str, float]],
+) -> dict[str, dict[str, float]]:
+    """Per node capacities once the tasks placed there created their labels."""
+    cap: dict[str, dict[str, float]] = {n: dict(a) for n, a in avail.items()}
+    made: dict[str, dict[str, float]] = defaultdict(dict)
+    for t in plan.tasks:
+        for n in placement[t.name]:
+            for c in t.creates:
+                made[n][c.label] = max(made[n].get(c.label, 0.0), c.capacity)
+    for n, labels in made.items():
+        for label, made_cap in labels.items():
+            cap[n][label] = max(0.0, made_cap - held[n].get(label, 0.0))
+    return cap
+
+
+def _group_errors(
+    plan: Plan, placement: Mapping[str, Sequence[str]], cap: dict[str, dict[str, float]]
+) -> tuple[list[str], set[str]]:
+    """Simultaneous groups (all concurrent tasks; each gang) over a node's capacity."""
+    tasks = {t.name: t for t in plan.tasks}
+    gangs = [set(i.tasks) for i in plan.intents if isinstance(i, Gang) and not i.preferred]
+    groups: list[tuple[str, set[str]]] = [
+        ("concurrent tasks", {t.name for t in plan.tasks if t.concurrent})
+    ]
+    groups += [(f"gang {sorted(g)}", g) for g in gangs]
+    errors: list[str] = []
+    for label, members in groups:
+        load: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        for name in members:
+            for n in placement[name]:
+                for r, q in tasks[name].resources.items():
+                    load[n][r] += q
+        for n, vec in sorted(load.items()):
+            for r, q in sorted(Resources(vec).shortfall(cap[n]).items()):
+                errors.append(
+                    f"node {n!r}: {label} need {vec[r]:g} {r}, it has {cap[n].get(r, 0.0):g}"
+                    f" ({q:g} short)"
+                )
+    return errors, set().union(*(g for _, g in groups))
 
 
 def check_placement(
@@ -100,72 +230,36 @@ def check_placement(
 ) -> list[str]:
     """Every way `placement` breaks `plan` on `state` (empty list: it is valid).
 
+    "Fits" is `Resources.fits_in` (one tolerance, `escher.core.resources.EPSILON`), as the
+    backends' matchers use it.
+
     Args:
         plan: The plan.
         state: The cluster snapshot (alive nodes, their *available* resources).
         placement: Task name -> the node id of each replica.
-        intents: Also require every declared intent (gangs always count as groups that must
-            fit together).
+        intents: Also require every declared intent that is not a preference (gangs always
+            count as groups that must fit together).
     """
-    errors: list[str] = []
     avail, held = _capacities(plan, state)
-    tasks = {t.name: t for t in plan.tasks}
-    for name in placement:
-        if name not in tasks:
-            errors.append(f"placement names unknown task {name!r}")
-    for t in plan.tasks:
-        nodes = list(placement.get(t.name, ()))
-        if len(nodes) != t.count:
-            errors.append(f"task {t.name!r}: {len(nodes)} replicas placed, needs {t.count}")
-        for n in nodes:
-            if n not in avail:
-                errors.append(f"task {t.name!r}: no alive node {n!r}")
+    errors = _count_errors(plan, placement, avail)
     if errors:
         return errors
-
-    # Capacities with task creations.
-    cap: dict[str, dict[str, float]] = {n: dict(a) for n, a in avail.items()}
-    made: dict[str, dict[str, float]] = defaultdict(dict)
-    for t in plan.tasks:
-        for n in placement[t.name]:
-            for c in t.creates:
-                made[n][c.label] = max(made[n].get(c.label, 0.0), c.capacity)
-    for n, labels in made.items():
-        for label, made_cap in labels.items():
-            cap[n][label] = max(0.0, made_cap - held[n].get(label, 0.0))
-
-    gangs = [set(i.tasks) for i in plan.intents if isinstance(i, Gang)]
-    groups: list[tuple[str, set[str]]] = [
-        ("concurrent tasks", {t.name for t in plan.tasks if t.concurrent})
-    ]
-    groups += [(f"gang {sorted(g)}", g) for g in gangs]
-    in_group = set().union(*(g for _, g in groups))
-    for label, members in groups:
-        load: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-        for name in members:
-            t = tasks[name]
-            for n in placement[name]:
-                for r, q in t.resources.items():
-                    load[n][r] += q
-        for n, vec in sorted(load.items()):
-            for r, q in sorted(vec.items()):
-                if q > cap[n].get(r, 0.0) + _EPS:
-                    errors.append(
-                        f"node {n!r}: {label} need {q:g} {r}, it has {cap[n].get(r, 0.0):g}"
-                    )
+    cap = _with_creations(plan, placement, avail, held)
+    errors, in_group = _group_errors(plan, placement, cap)
     for t in plan.tasks:
         if t.name in in_group:
             continue
         for i, n in enumerate(placement[t.name]):
-            for r, q in t.resources.items():
-                if q > cap[n].get(r, 0.0) + _EPS:
-                    errors.append(
-                        f"task {t.name!r}[{i}] needs {q:g} {r} on {n!r}, "
-                        f"which has {cap[n].get(r, 0.0):g}"
-                    )
+            if not t.resources.fits_in(cap[n]):
+                errors.append(
+                    f"task {t.name!r}[{i}] needs {t.resources.to_dict()} on {n!r}, which has "
+                    f"{ {r: cap[n].get(r, 0.0) for r in t.resources} }"
+                )
     if intents:
         for intent in plan.intents:
-            why = intent_violation(intent, placement, state)
+            if intent.preferred:
+                continue  # a preference never makes a placement invalid
+            why = intent_violation(intent, placement, state, plan.topologies)
             if why:
                 errors.append(why)
     return errors

@@ -1,13 +1,14 @@
 """`escher verify PLAN_FILE`: the command line front of `escher.verify.verify`.
 
-Exit codes: 0 feasible, 1 infeasible, 2 unknown, 3 bad input (the message names the file,
-the place and the problem; never a traceback).
+The verdict is printed as soon as it is known; the explanation and the intent proofs follow,
+all within `--timeout`. Exit codes are `EXIT_CODES` (documented in the command's help).
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 from typing import Any, NoReturn
 
 import click
@@ -16,12 +17,16 @@ from rich.table import Table
 
 from escher.core.cluster import ClusterState
 from escher.core.errors import EscherError
-from escher.verify._files import load_json, load_plan
-from escher.verify._result import IntentStatus, Verdict, VerificationResult
-from escher.verify._verify import DEFAULT_TIMEOUT
-from escher.verify._verify import verify as _verify
-
-EXIT_BAD_INPUT = 3
+from escher.core.plan import Plan
+from escher.verify._result import (
+    EXIT_BAD_INPUT,
+    EXIT_CODES,
+    IntentResult,
+    IntentStatus,
+    Verdict,
+    VerificationResult,
+)
+from escher.verify._verify import DEFAULT_TIMEOUT, Verifier
 
 _COLOR = {Verdict.FEASIBLE: "green", Verdict.INFEASIBLE: "red", Verdict.UNKNOWN: "yellow"}
 _ICOLOR = {
@@ -31,9 +36,29 @@ _ICOLOR = {
     IntentStatus.UNKNOWN: "yellow",
 }
 
+_CODES_HELP = "\n".join(f"  {code}  {meaning}" for code, meaning in EXIT_CODES.items())
+
+_HELP = f"""Prove PLAN_FILE feasible on a cluster before launch, or explain why not.
+
+The verdict comes first (with a checked placement, or the cause in one line and the
+smallest set of your own statements that conflict); then each declared intent is
+reported proven, violated (with a counterexample) or timed out. --timeout bounds the
+whole run.
+
+\b
+Examples:
+  escher verify plan.json --cluster cluster.json
+  escher verify plan.json --cluster cluster.json --format json
+  escher verify plan.json --backend ray --timeout 10 --no-intents
+
+\b
+Exit codes:
+{_CODES_HELP}
+"""
+
 
 class _Command(click.Command):
-    """Usage errors exit with 3 (bad input), not click's 2 (which means 'unknown' here)."""
+    """Usage errors exit with the bad-input code, not click's 2 (which means 'unknown' here)."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         try:
@@ -48,58 +73,81 @@ def _bad(message: str) -> NoReturn:
     sys.exit(EXIT_BAD_INPUT)
 
 
-def _state(cluster: str | None, backend: str | None) -> ClusterState:
+def _state(cluster: str | None, backend: str | None) -> tuple[ClusterState, str]:
+    """The cluster state and a line saying where it comes from."""
     if cluster is not None:
-        return ClusterState.from_dict(load_json(cluster, "cluster"), source=cluster)
+        state = ClusterState.load(cluster)
+        return state, f"cluster file {cluster}"
     import escher
 
-    session = escher.init(backend)
-    try:
-        return session.backend.get_cluster_state()
-    finally:
-        escher.shutdown()
+    with escher.init(backend) as live:
+        state = live.get_cluster_state()
+        name = live.name
+    if backend is None:
+        default = " (its default in-memory nodes)" if name == "memory" else ""
+        click.echo(
+            f"warning: no --cluster or --backend given: checked against the configured "
+            f"backend {name!r}{default}. Give --cluster FILE to check against your cluster.",
+            err=True,
+        )
+    return state, f"backend {name!r}"
 
 
-def _render(result: VerificationResult, console: Console) -> None:
-    color = _COLOR[result.status]
-    console.print(
-        f"[bold {color}]{result.status.value.upper()}[/]  "
-        f"({result.stats.get('method', '')}, "
-        f"{result.stats.get('seconds', {}).get('total', 0):.2f} s, "
-        f"{result.stats.get('nodes', 0)} nodes in {result.stats.get('node_types', 0)} "
-        f"types, {result.stats.get('replicas', 0)} replicas)"
-    )
-    if result.witness is not None:
+def _where(state: ClusterState, origin: str) -> str:
+    alive = sum(1 for n in state.nodes.values() if n.alive)
+    return f"checked against {origin}: {len(state.nodes)} nodes ({alive} alive)"
+
+
+class _Printer:
+    """Text output, one part at a time, as the parts become known."""
+
+    def __init__(self) -> None:
+        self.console = Console(width=None if sys.stdout.isatty() else 120)
+
+    def verdict(self, result: VerificationResult, where: str) -> None:
+        color = _COLOR[result.status]
+        stats = result.stats
+        self.console.print(
+            f"[bold {color}]{result.status.value.upper()}[/]  "
+            f"({stats.get('method', '')}, {stats.get('seconds', {}).get('verdict', 0):.2f} s, "
+            f"{stats.get('nodes', 0)} nodes in {stats.get('node_types', 0)} types, "
+            f"{stats.get('replicas', 0)} replicas)"
+        )
+        self.console.print(where, markup=False, highlight=False)
+        if result.cause:
+            self.console.print(f"cause: {result.cause}", markup=False, highlight=False)
+        if result.witness is not None:
+            self.witness(result.witness)
+
+    def witness(self, witness: Any) -> None:
         table = Table(title="witness placement (checked independently)", show_lines=False)
         table.add_column("task")
         table.add_column("replicas", justify="right")
         table.add_column("nodes")
-        for task, nodes in list(result.witness.items())[:30]:
+        for task, nodes in list(witness.items())[:30]:
             shown = sorted(set(nodes))
             text = ", ".join(shown[:6]) + (f" (+{len(shown) - 6})" if len(shown) > 6 else "")
             table.add_row(task, str(len(nodes)), text)
-        if len(result.witness) > 30:
-            table.add_row("...", "", f"{len(result.witness) - 30} more tasks")
-        console.print(table)
-    if result.explanation is not None:
-        console.print(result.explanation.render(), markup=False, highlight=False)
-    for item in result.proven:
-        console.print(f"proven: {item}", markup=False)
-    if result.intents:
-        table = Table(title="intents")
-        table.add_column("intent")
-        table.add_column("result")
-        table.add_column("detail")
-        for r in result.intents:
-            table.add_row(
-                r.intent.describe(), f"[{_ICOLOR[r.status]}]{r.status.value}[/]", r.detail
-            )
-        console.print(table)
-    for w in result.warnings:
-        console.print(f"[yellow]warning:[/] {w}")
+        if len(witness) > 30:
+            table.add_row("...", "", f"{len(witness) - 30} more tasks")
+        self.console.print(table)
+
+    def rest(self, result: VerificationResult) -> None:
+        if result.explanation is not None:
+            self.console.print(result.explanation.render(), markup=False, highlight=False)
+        for item in result.proven:
+            self.console.print(f"proven: {item}", markup=False, highlight=False)
+        for pref in result.preferences:
+            self.console.print(f"preference: {pref}", markup=False, highlight=False)
+        for w in result.warnings:
+            self.console.print(f"[yellow]warning:[/] {w}")
+
+    def intent(self, r: IntentResult) -> None:
+        line = f"intent {r.intent.describe()}: [{_ICOLOR[r.status]}]{r.status.value}[/]"
+        self.console.print(line + (f" - {r.detail}" if r.detail else ""), highlight=False)
 
 
-@click.command("verify", cls=_Command)
+@click.command("verify", cls=_Command, help=_HELP)
 @click.argument("plan_file", type=click.Path(dir_okay=False))
 @click.option(
     "--cluster",
@@ -115,14 +163,19 @@ def _render(result: VerificationResult, console: Console) -> None:
     help="Take the cluster state from this backend (default: the configured one).",
 )
 @click.option(
-    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="json: one JSON document on stdout (the result's to_dict).",
 )
 @click.option(
     "--timeout",
     type=float,
     default=DEFAULT_TIMEOUT,
     show_default=True,
-    help="Seconds for the whole verification; on the limit the verdict is unknown.",
+    help="Seconds for the whole run (verdict, explanation, intent proofs).",
 )
 @click.option("--no-intents", is_flag=True, help="Skip the intent proofs.")
 def verify(
@@ -133,23 +186,32 @@ def verify(
     timeout: float,
     no_intents: bool,
 ) -> None:
-    """Prove PLAN_FILE feasible on a cluster, or explain why not, before launch.
-
-    Exit codes: 0 feasible, 1 infeasible, 2 unknown, 3 bad input.
-    """
+    start = time.monotonic()
     if cluster is not None and backend is not None:
         _bad("give --cluster or --backend, not both.")
+    if not timeout > 0:
+        _bad(f"--timeout must be a positive number of seconds, got {timeout}.")
     try:
-        plan = load_plan(plan_file)
-        state = _state(cluster, backend)
-        result = _verify(plan, state, timeout=timeout, check_intents=not no_intents)
+        plan = Plan.load(plan_file)
+        state, origin = _state(cluster, backend)
+        run = Verifier(plan, state, deadline=start + timeout)
+        verdict = run.verdict()
     except EscherError as exc:
         _bad(str(exc))
-    except RecursionError:  # pragma: no cover - absurdly nested JSON
-        _bad(f"{plan_file}: too deeply nested.")
-    if fmt == "json":
+    printer = None if fmt == "json" else _Printer()
+    where = _where(state, origin)
+    if printer is not None:
+        printer.verdict(verdict, where)
+    result = run.explain()
+    if printer is not None:
+        printer.rest(result)
+    if not no_intents:
+        for r in run.intents():
+            if printer is not None:
+                printer.intent(r)
+    result = run.result()
+    if printer is None:
         data: dict[str, Any] = result.to_dict()
+        data["cluster"] = where
         click.echo(json.dumps(data, indent=2, sort_keys=True))
-    else:
-        _render(result, Console(width=None if sys.stdout.isatty() else 120))
     sys.exit(result.exit_code)

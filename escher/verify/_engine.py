@@ -1,95 +1,199 @@
-"""The decision pipeline: exact pre-checks, greedy witness, Z3 relaxation, exact Z3.
+"""The decision pipeline for one (sub-)problem, in named stages, all under one deadline.
 
-`decide` answers one (sub-)problem; `minimise` shrinks a conflicting set by deletion;
-`intent_scenarios` turns "is there a placement violating this intent?" into sub-problems.
+1. `precheck`: exact cheap proofs (`_bounds`), with the cause in one line.
+2. `greedy`: first-fit decreasing with several node orders (a witness counts once checked).
+3. `relaxed`: Z3 on counts per (class, node type) with valid per-node cuts: UNSAT is a proof
+   with an unsat core; SAT counts are packed into nodes.
+4. `search`: exact bin completion over classes (`_search`), with symmetry breaking over
+   identical nodes and waste pruning.
+5. `exact`: Z3 per node, for small problems.
 """
 
 from __future__ import annotations
 
-import itertools
 import time
-from collections.abc import Iterator
+from functools import partial
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeVar
 
 from escher.core.cluster import ClusterState
-from escher.core.plan import Colocated, Intent, PinnedTo, Plan, Separated, SpreadAtMost
-from escher.verify import _patterns, _smt
-from escher.verify._greedy import STRATEGIES, Placement, Timeout, check, greedy
+from escher.core.plan import Plan
+from escher.verify import _smt
+from escher.verify._bounds import precheck
+from escher.verify._greedy import STRATEGIES, Timeout, check, greedy
 from escher.verify._model import Mods, Problem, build
+from escher.verify._search import applicable, search
+from escher.verify._witness import Placement
+
+_T = TypeVar("_T")
+
+#: Share of the time left that the exact search may use before the Z3 fallbacks run.
+SEARCH_SHARE = 0.8
 
 
 @dataclass
 class Decision:
-    """The answer for one problem."""
+    """The answer for one problem.
 
-    status: str  # "feasible" | "infeasible" | "unknown"
+    Attributes:
+        status: ``feasible``, ``infeasible`` or ``unknown``.
+        problem: The problem decided.
+        placement: For feasible: copies of each item on nodes (checked by `_greedy.check`).
+        core: For infeasible: the statements of a conflict.
+        method: What decided it.
+        reason: For unknown: why it stopped.
+        cause: For infeasible: the cause in one line; for unknown: the tightest bound.
+        proven: For unknown: what was established.
+        decide_by: For unknown: what would decide it.
+        times: Seconds per stage.
+    """
+
+    status: str
     problem: Problem
     placement: Placement | None = None
     core: frozenset[str] = frozenset()
     method: str = ""
     reason: str = ""
+    cause: str = ""
+    proven: list[str] = field(default_factory=list)
+    decide_by: str = ""
     times: dict[str, float] = field(default_factory=dict)
 
 
-def _precheck(p: Problem) -> tuple[str, frozenset[str]] | None:
-    """Exact, cheap infeasibility proofs: (method, conflicting statement ids) or None."""
-    nres = len(p.resources)
-    for it in p.items:
-        for lid, cnt in it.tags.items():
-            lim, sid = p.limits[lid]
-            if cnt > lim:
-                return ("colocation vs separation", it.stmts | ({sid} if sid else set()))
-        if it.allowed is not None and not it.allowed:
-            return ("no allowed node", it.stmts | it.allowed_stmts)
-    best_made: dict[int, int] = {}
-    for it in p.items:
-        for r, c in it.creates.items():
-            best_made[r] = max(best_made.get(r, 0), c)
-    all_types = set(range(len(p.types)))
-    for it in p.items:
-        needs = [max([it.single[r], *(load[r] for load in it.loads.values())]) for r in range(nres)]
-        ok = False
-        tset = all_types if it.allowed is None else {p.node_type[n] for n in it.allowed}
-        for t in tset:
-            nt = p.types[t]
-            fits = True
-            for r in range(nres):
-                cr = nt.cap[r]
-                if not needs[r] or cr is None:
-                    continue
-                if r in p.created:
-                    cr = max(cr, best_made.get(r, 0) - nt.held[r])
-                if needs[r] > cr:
-                    fits = False
-                    break
-            if fits:
-                ok = True
-                break
-        if not ok:
-            cap_ids = {nt.capsrc[r] for nt in p.types for r in range(nres) if needs[r]}
-            gangs = {sid for g in it.loads if (sid := p.groups[g]) is not None}
-            return (
-                "largest free slot",
-                it.stmts | it.allowed_stmts | frozenset(cap_ids) | frozenset(gangs),
-            )
-    for g, gsid in p.groups.items():
-        for r in range(nres):
-            if r in p.created:
-                continue
-            demand = sum(it.loads[g][r] * it.mult for it in p.items if g in it.loads)
-            if not demand:
-                continue
-            node_caps = [c[r] for c in p.cap]
-            if any(c is None for c in node_caps):
-                continue
-            if demand > sum(c for c in node_caps if c is not None):
-                stmts = {s for it in p.items if g in it.loads and it.loads[g][r] for s in it.stmts}
-                stmts |= {nt.capsrc[r] for nt in p.types}
-                if gsid:
-                    stmts.add(gsid)
-                return ("per-resource totals", frozenset(stmts))
+class _Run:
+    """One decision: the problem, the deadline, and the stage timings."""
+
+    def __init__(self, p: Problem, deadline: float, memory_mb: int | None) -> None:
+        self.p = p
+        self.deadline = deadline
+        self.memory_mb = memory_mb
+        self.times: dict[str, float] = {}
+        self.proven: list[str] = []
+        self.notes: list[str] = []
+
+    def timed(self, name: str, fn: Callable[[], _T]) -> _T:
+        t0 = time.perf_counter()
+        try:
+            return fn()
+        finally:
+            self.times[name] = self.times.get(name, 0.0) + time.perf_counter() - t0
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def found(self, placement: Placement | None, method: str) -> Decision | None:
+        if placement is not None and not check(self.p, placement):
+            return Decision("feasible", self.p, placement, method=method, times=self.times)
+        return None
+
+    def infeasible(self, core: frozenset[str], method: str, cause: str) -> Decision:
+        return Decision(
+            "infeasible", self.p, core=core, method=method, cause=cause, times=self.times
+        )
+
+
+def _greedy_stage(run: _Run) -> Decision | None:
+    for strategy in STRATEGIES:
+        placement = run.timed(
+            "greedy", partial(greedy, run.p, deadline=run.deadline, strategy=strategy)
+        )
+        got = run.found(placement, f"greedy witness ({strategy})")
+        if got is not None:
+            return got
     return None
+
+
+def _relaxed_stage(run: _Run) -> Decision | None:
+    status, data = run.timed("z3_relaxed", lambda: _smt.relaxed(run.p, run.deadline, run.memory_mb))
+    if status == "unsat":
+        return run.infeasible(frozenset(data), "z3 (per node type)", _core_cause(run.p, data))
+    if status != "sat":
+        run.notes.append(f"z3 per node type: {data}")
+        return None
+    run.proven.append("a relaxation (counts per node type, per-node cuts) is satisfiable")
+    placement = run.timed(
+        "pack", lambda: greedy(run.p, targets=data, deadline=run.deadline, strategy="spread")
+    )
+    return run.found(placement, "z3 counts + packing")
+
+
+def _search_stage(run: _Run) -> Decision | None:
+    if not applicable(run.p):
+        return None
+    until = time.monotonic() + max(0.0, run.left()) * SEARCH_SHARE
+    status, placement = run.timed("search", lambda: search(run.p, until))
+    if status == "feasible":
+        return run.found(placement, "exact packing search")
+    if status == "infeasible":
+        core = frozenset(s for it in run.p.items for s in it.stmts | it.allowed_stmts)
+        core |= {sid for nt in run.p.types for sid in nt.capsrc}
+        core |= {sid for sid in run.p.groups.values() if sid}
+        core |= {sid for _, sid in run.p.limits.values() if sid}
+        return run.infeasible(
+            frozenset(core),
+            "exact packing search",
+            "the tasks do not pack into the nodes (every way was tried)",
+        )
+    run.notes.append("the exact packing search did not finish")
+    return None
+
+
+def _exact_stage(run: _Run) -> Decision | None:
+    status, data = run.timed("z3_exact", lambda: _smt.exact(run.p, run.deadline, run.memory_mb))
+    if status == "unsat":
+        return run.infeasible(frozenset(data), "z3 (per node)", _core_cause(run.p, data))
+    if status == "sat":
+        placement = greedy(run.p, targets=data, deadline=None)
+        return run.found(placement, "z3 (per node)")
+    run.notes.append(str(data))
+    return None
+
+
+def _core_cause(p: Problem, core: frozenset[str] | set[str]) -> str:
+    kinds = {s.split(":", 1)[0] for s in core}
+    caps = sorted({s.split(":", 1)[1].split("@", 1)[0] for s in core if s.startswith("cap:")})
+    what = f" ({', '.join(caps)})" if caps else ""
+    if "intent" in kinds:
+        return f"the declared intents and the capacities{what} leave no placement"
+    return f"the tasks do not fit the nodes' capacities{what} together"
+
+
+def _tightest(p: Problem) -> str:
+    best = ""
+    ratio = -1.0
+    for g in p.groups:
+        for r in range(len(p.resources)):
+            demand = sum(it.loads[g][r] * it.mult for it in p.items if g in it.loads)
+            caps = [c[r] for c in p.cap]
+            if not demand or any(c is None for c in caps):
+                continue
+            have = sum(c for c in caps if c is not None) or 1
+            if demand / have > ratio:
+                ratio = demand / have
+                best = (
+                    f"{p.resources[r]}: {p.quantity(r, demand)} requested of "
+                    f"{p.quantity(r, have)} available ({100 * demand / have:.1f}%)"
+                )
+    return best
+
+
+def _unknown(run: _Run, reason: str) -> Decision:
+    proven = [
+        "no exact pre-check (co-location vs separation, largest free slot, per-resource "
+        "totals, Martello-Toth L2 per resource) found a conflict",
+        *run.proven,
+    ]
+    return Decision(
+        "unknown",
+        run.p,
+        method="timeout" if reason == "time limit reached" else "undecided",
+        reason=reason,
+        cause=_tightest(run.p),
+        proven=proven,
+        decide_by="more time (--timeout) for the exact packing search and Z3",
+        times=run.times,
+    )
 
 
 def decide(
@@ -100,177 +204,34 @@ def decide(
     active: frozenset[str] | None = None,
     mods: Mods | None = None,
     memory_mb: int | None = None,
-    want_core: bool = True,
     fast: bool = True,
 ) -> Decision:
-    """Decide one problem. Never runs past `deadline` by more than one solver call's slack."""
-    times: dict[str, float] = {}
+    """Decide one problem. Never runs past `deadline` by more than one solver call's slack.
+
+    Args:
+        fast: False skips the pre-checks, the greedy search and the packing search (to test
+            the Z3 encodings alone).
+    """
     t0 = time.perf_counter()
     p = build(plan, state, active=active, mods=mods)
-    times["build"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    pre = _precheck(p) if fast else None
-    times["precheck"] = time.perf_counter() - t0
-    if pre is not None:
-        return Decision("infeasible", p, core=pre[1], method=pre[0], times=times)
+    run = _Run(p, deadline, memory_mb)
+    run.times["build"] = time.perf_counter() - t0
+    if fast:
+        conflict = run.timed("precheck", lambda: precheck(p))
+        if conflict is not None:
+            return run.infeasible(conflict.core, conflict.method, conflict.cause)
+    stages = [_greedy_stage, _relaxed_stage, _search_stage, _exact_stage]
+    if not fast:
+        stages = [_relaxed_stage, _exact_stage]
     try:
-        t0 = time.perf_counter()
-        for strategy in STRATEGIES if fast else ():
-            placement = greedy(p, deadline=deadline, strategy=strategy)
-            times["greedy"] = time.perf_counter() - t0
-            if placement is not None and not check(p, placement):
-                return Decision(
-                    "feasible", p, placement, method=f"greedy witness ({strategy})", times=times
-                )
-        if time.monotonic() > deadline:
-            raise Timeout
-        t0 = time.perf_counter()
-        status, data = _smt.relaxed(p, deadline, memory_mb)
-        times["z3_relaxed"] = time.perf_counter() - t0
-        reason = ""
-        if status == "unsat":
-            return Decision(
-                "infeasible", p, core=frozenset(data), method="z3 (per node type)", times=times
-            )
-        if status == "sat" and fast:
-            t0 = time.perf_counter()
-            placement = greedy(p, targets=data, deadline=deadline, strategy="spread")
-            times["pack"] = time.perf_counter() - t0
-            if placement is not None and not check(p, placement):
-                return Decision("feasible", p, placement, method="z3 counts + packing", times=times)
-            reason = "the per-type solution did not pack into nodes"
-            t0 = time.perf_counter()
-            pstatus, targets = _patterns.solve(p, deadline, memory_mb)
-            times["z3_patterns"] = time.perf_counter() - t0
-            if pstatus == "sat" and targets is not None:
-                placement = greedy(p, targets=targets, deadline=deadline, strategy="plain")
-                if placement is not None and not check(p, placement):
-                    return Decision(
-                        "feasible", p, placement, method="z3 (node patterns)", times=times
-                    )
-            elif pstatus == "unsat":
-                reason = "infeasible by node patterns"
-        else:
-            reason = str(data)
-        if time.monotonic() > deadline:
-            raise Timeout
-        t0 = time.perf_counter()
-        status, data = _smt.exact(p, deadline, memory_mb)
-        times["z3_exact"] = time.perf_counter() - t0
-        if status == "unsat":
-            return Decision(
-                "infeasible", p, core=frozenset(data), method="z3 (per node)", times=times
-            )
-        if status == "sat":
-            placement = greedy(p, targets=data, deadline=None)
-            if placement is not None and not check(p, placement):
-                return Decision("feasible", p, placement, method="z3 (per node)", times=times)
-            return Decision(
-                "unknown",
-                p,
-                method="z3 (per node)",
-                times=times,
-                reason="internal: the exact model did not check",
-            )
-        return Decision("unknown", p, method="z3", times=times, reason=f"{reason}; {data}")
+        for stage in stages:
+            if run.left() <= 0:
+                raise Timeout
+            got = stage(run)
+            if got is not None:
+                return got
     except Timeout:
-        return Decision("unknown", p, method="timeout", times=times, reason="time limit reached")
-
-
-def _task_signature(plan: Plan, sid: str) -> Any:
-    """Statements with equal signatures are interchangeable for minimisation."""
-    if not sid.startswith("task:"):
-        return sid
-    name = sid[5:]
-    if any(name in i.tasks for i in plan.intents):
-        return sid
-    t = plan.task(name)
-    return ("task", t.resources, t.count, t.creates, t.concurrent)
-
-
-def minimise(
-    plan: Plan,
-    state: ClusterState,
-    core: frozenset[str],
-    *,
-    deadline: float,
-    mods: Mods | None = None,
-    memory_mb: int | None = None,
-) -> tuple[frozenset[str], bool]:
-    """Deletion-based minimisation. Returns (core, verified minimal)."""
-    current = set(core)
-    needed: set[Any] = set()  # signatures shown necessary
-    order = sorted(current, key=lambda s: (not s.startswith("task:"), s))
-    verified = True
-    for sid in order:
-        if sid not in current:
-            continue
-        sig = _task_signature(plan, sid)
-        if sig in needed:
-            continue
-        if time.monotonic() > deadline:
-            return frozenset(current), False
-        trial = frozenset(current - {sid})
-        d = decide(plan, state, deadline=deadline, active=trial, mods=mods, memory_mb=memory_mb)
-        if d.status == "infeasible":
-            current = set(d.core & trial) or set(trial)
-        elif d.status == "feasible":
-            needed.add(sig)
-        else:
-            verified = False
-    # Symmetric statements were tested once; confirm that the result is still infeasible.
-    d = decide(
-        plan, state, deadline=deadline, active=frozenset(current), mods=mods, memory_mb=memory_mb
-    )
-    if d.status != "infeasible":
-        return frozenset(core), False
-    return frozenset(current), verified
-
-
-def intent_scenarios(
-    plan: Plan, intent: Intent, node_ids: list[str], limit: int = 200
-) -> Iterator[Mods] | None:
-    """Sub-problems whose feasibility means "some placement violates `intent`".
-
-    Returns None for intents with no placement-level violation (gangs).
-    """
-    counts = {t.name: t.count for t in plan.tasks}
-    names = list(dict.fromkeys(intent.tasks))
-
-    def pairs() -> Iterator[tuple[dict[str, int], tuple[str, str]]]:
-        for a, b in itertools.combinations_with_replacement(names, 2):
-            if a == b:
-                if counts[a] >= 2:
-                    yield {a: 2}, (f"{a}#0", f"{a}#1")
-            else:
-                yield {a: 1, b: 1}, (f"{a}#0", f"{b}#0")
-
-    def gen() -> Iterator[Mods]:
-        produced = 0
-        if isinstance(intent, Colocated):
-            for split, (u, v) in pairs():
-                yield Mods(split=split, apart=[(u, v)], drop_intents=True)
-        elif isinstance(intent, Separated | SpreadAtMost):
-            k = 1 if isinstance(intent, Separated) else intent.per_node
-            pool = [n for n in names for _ in range(min(counts[n], k + 1))]
-            seen: set[tuple[str, ...]] = set()
-            for combo in itertools.combinations(pool, k + 1):
-                if combo in seen:
-                    continue
-                seen.add(combo)
-                produced += 1
-                if produced > limit:
-                    raise OverflowError
-                together: dict[str, int] = {}
-                for n in combo:
-                    together[n] = together.get(n, 0) + 1
-                units = [f"{n}#{j}" for n, c in together.items() for j in range(c)]
-                yield Mods(split=together, merge=[tuple(units)], drop_intents=True)
-        elif isinstance(intent, PinnedTo):
-            for n in names:
-                others = frozenset(nid for nid in node_ids if nid not in intent.nodes)
-                yield Mods(split={n: 1}, only={f"{n}#0": others}, drop_intents=True)
-
-    if not isinstance(intent, Colocated | Separated | SpreadAtMost | PinnedTo):
-        return None
-    return gen()
+        return _unknown(run, "time limit reached")
+    if run.left() <= 0:
+        return _unknown(run, "time limit reached")
+    return _unknown(run, "; ".join(run.notes) or "no engine decided it")

@@ -12,9 +12,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
 from escher.verify._model import Item, Problem
-
-#: Per item: the node index of each of its `mult` copies.
-Placement = list[list[int]]
+from escher.verify._witness import Placement
 
 
 class Timeout(Exception):
@@ -52,39 +50,40 @@ class _Packer:
         if it.allowed is not None and n not in it.allowed:
             return 0
         cap = self.capn(n, it.creates)
-        for r, q in enumerate(it.single):
-            c = cap[r]
-            if q and c is not None and q > c:
-                return 0
-        k = want
+        if any(q and c is not None and q > c for q, c in zip(it.single, cap, strict=True)):
+            return 0
+        k = min(want, self._room(it, n, cap))
+        if k > 0 and it.creates and not self._creation_ok(it, n, cap, k):
+            return 0
+        if k > 0 and it.tags:
+            have = self.tags.get(n, {})
+            for lid, cnt in it.tags.items():
+                if lid in self.p.limits:  # domain rules are checked on the whole placement
+                    k = min(k, (self.p.limits[lid][0] - have.get(lid, 0)) // cnt)
+        return max(k, 0)
+
+    def _room(self, it: Item, n: int, cap: list[int | None]) -> int:
+        k = 1 << 62
         for g, load in it.loads.items():
             u = self.used[g].get(n)
             for r, q in enumerate(load):
-                if q:
-                    c = cap[r]
-                    if c is None:
-                        continue
+                c = cap[r]
+                if q and c is not None:
                     k = min(k, (c - (u[r] if u else 0)) // q)
-                    if k <= 0:
-                        return 0
-        if it.creates:
-            # A creation replaces the label's capacity: what is already there must still fit.
-            for g in self.p.groups:
-                u = self.used[g].get(n)
-                if u is None:
-                    continue
-                for r in it.creates:
-                    c = cap[r]
-                    if c is not None and u[r] + k * it.loads.get(g, (0,) * len(cap))[r] > c:
-                        return 0
-        if it.tags:
-            have = self.tags.get(n, {})
-            for lid, cnt in it.tags.items():
-                lim = self.p.limits[lid][0]
-                k = min(k, (lim - have.get(lid, 0)) // cnt)
-                if k <= 0:
-                    return 0
-        return max(k, 0)
+        return k
+
+    def _creation_ok(self, it: Item, n: int, cap: list[int | None], k: int) -> bool:
+        """A creation replaces the label's capacity: what is already there must still fit."""
+        zero = (0,) * len(cap)
+        for g in self.p.groups:
+            u = self.used[g].get(n)
+            if u is None:
+                continue
+            for r in it.creates:
+                c = cap[r]
+                if c is not None and u[r] + k * it.loads.get(g, zero)[r] > c:
+                    return False
+        return True
 
     def place(self, it: Item, n: int, k: int) -> None:
         nres = len(self.p.resources)
@@ -153,6 +152,73 @@ def _size(p: Problem, it: Item) -> float:
     return best * sum(1 for _ in it.members)
 
 
+def _class_order(p: Problem) -> list[list[int]]:
+    """Classes of identical items, creators first, then constrained ones, largest first."""
+    created = p.created
+
+    def key(idxs: list[int]) -> tuple[float, ...]:
+        it = p.items[idxs[0]]
+        requests_created = any(it.need(r) for r in created)
+        constrained = it.allowed is not None or bool(it.tags)
+        return (0 if it.creates else 1, int(requests_created), int(not constrained), -_size(p, it))
+
+    return sorted(classes(p).values(), key=key)
+
+
+def _first_fit(
+    packer: _Packer,
+    it: Item,
+    jobs: Sequence[tuple[Sequence[int], int]],
+    deadline: float | None,
+) -> list[int] | None:
+    spots: list[int] = []
+    for nodes, want in jobs:
+        left = want
+        for n in nodes:
+            if left == 0:
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                raise Timeout
+            k = packer.fit(it, n, left)
+            if k:
+                packer.place(it, n, k)
+                spots.extend([n] * k)
+                left -= k
+        if left:
+            return None
+    return spots
+
+
+def _place_class(
+    p: Problem,
+    packer: _Packer,
+    idxs: list[int],
+    targets: Mapping[int, Sequence[tuple[Sequence[int], int]]] | None,
+    strategy: str,
+    deadline: float | None,
+    offsets: dict[int, int],
+) -> list[int] | None:
+    it = p.items[idxs[0]]
+    want = sum(p.items[i].mult for i in idxs)
+    if targets is None:
+        order = _order_nodes(p, it, "align" if strategy == "spread" else strategy)
+        if strategy == "spread":
+            return _spread(p, packer, it, order, want, deadline)
+        return _first_fit(packer, it, [(order, want)], deadline)
+    jobs = [job for i in idxs for job in targets.get(i, ())]
+    spots: list[int] = []
+    if strategy == "spread":
+        leftovers: list[tuple[Sequence[int], int]] = []
+        for nodes, n_want in jobs:
+            got, left = _even(p, packer, it, nodes, n_want, offsets)
+            spots.extend(got)
+            if left:
+                leftovers.append((nodes, left))
+        jobs = leftovers
+    more = _first_fit(packer, it, jobs, deadline)
+    return None if more is None else spots + more
+
+
 def greedy(
     p: Problem,
     *,
@@ -168,63 +234,10 @@ def greedy(
     packer = _Packer(p)
     placement: Placement = [[] for _ in p.items]
     offsets: dict[int, int] = {}
-    created = p.created
-    cls = classes(p)
-
-    def key(shape_items: tuple[tuple[object, ...], list[int]]) -> tuple[float, ...]:
-        it = p.items[shape_items[1][0]]
-        requests_created = any(load[r] for load in it.loads.values() for r in created) or any(
-            it.single[r] for r in created
-        )
-        constrained = it.allowed is not None or bool(it.tags)
-        return (
-            0 if it.creates else 1,
-            1 if requests_created else 0,
-            0 if constrained else 1,
-            -_size(p, it),
-        )
-
-    for _shape, idxs in sorted(cls.items(), key=key):
-        it = p.items[idxs[0]]
-        if targets is None:
-            jobs: list[tuple[Sequence[int], int]] = [
-                (
-                    _order_nodes(p, it, "align" if strategy == "spread" else strategy),
-                    sum(p.items[i].mult for i in idxs),
-                )
-            ]
-        else:
-            jobs = [job for i in idxs for job in targets.get(i, ())]
-        spots: list[int] = []
-        if targets is None and strategy == "spread":
-            want = jobs[0][1]
-            got = _spread(p, packer, it, jobs[0][0], want, deadline)
-            if got is None:
-                return None
-            spots = got
-            jobs = []
-        if targets is not None and strategy == "spread":
-            leftovers: list[tuple[Sequence[int], int]] = []
-            for nodes, want in jobs:
-                got, left = _even(p, packer, it, nodes, want, offsets)
-                spots.extend(got)
-                if left:
-                    leftovers.append((nodes, left))
-            jobs = leftovers
-        for nodes, want in jobs:
-            left = want
-            for n in nodes:
-                if left == 0:
-                    break
-                if deadline is not None and time.monotonic() > deadline:
-                    raise Timeout
-                k = packer.fit(it, n, left)
-                if k:
-                    packer.place(it, n, k)
-                    spots.extend([n] * k)
-                    left -= k
-            if left:
-                return None
+    for idxs in _class_order(p):
+        spots = _place_class(p, packer, idxs, targets, strategy, deadline, offsets)
+        if spots is None:
+            return None
         pos = 0
         for i in idxs:
             m = p.items[i].mult
@@ -312,9 +325,9 @@ def _even(
 
 def check(p: Problem, placement: Placement) -> list[str]:
     """Problem-level violations of `placement` (empty when it is valid)."""
-    errors: list[str] = []
     if len(placement) != len(p.items):
         return ["placement does not cover every item"]
+    errors: list[str] = []
     packer = _Packer(p)
     for i, it in enumerate(p.items):
         if len(placement[i]) != it.mult:
@@ -324,20 +337,51 @@ def check(p: Problem, placement: Placement) -> list[str]:
                 errors.append(f"item {i} on a node it may not use")
             packer.place(it, n, 1)
     for n in range(len(p.node_ids)):
-        cap = packer.capn(n)
-        for g in p.groups:
-            u = packer.used[g].get(n)
-            if u:
-                for r, q in enumerate(u):
-                    c = cap[r]
-                    if c is not None and q > c:
-                        errors.append(f"{p.node_ids[n]}: {p.resources[r]} over capacity ({g})")
-        for lid, have in packer.tags.get(n, {}).items():
-            if have > p.limits[lid][0]:
-                errors.append(f"{p.node_ids[n]}: limit {lid} exceeded")
+        errors.extend(_node_errors(p, packer, n))
     for i, it in enumerate(p.items):
         for n in placement[i]:
             cap = packer.capn(n)
             if any(q and cap[r] is not None and q > (cap[r] or 0) for r, q in enumerate(it.single)):
                 errors.append(f"item {i} does not fit alone on {p.node_ids[n]}")
+    errors.extend(rule_errors(p, placement))
+    return errors
+
+
+def _node_errors(p: Problem, packer: _Packer, n: int) -> list[str]:
+    errors = []
+    cap = packer.capn(n)
+    for g in p.groups:
+        u = packer.used[g].get(n)
+        for r, q in enumerate(u or ()):
+            c = cap[r]
+            if c is not None and q > c:
+                errors.append(f"{p.node_ids[n]}: {p.resources[r]} over capacity ({g})")
+    for lid, have in packer.tags.get(n, {}).items():
+        if lid in p.limits and have > p.limits[lid][0]:
+            errors.append(f"{p.node_ids[n]}: limit {lid} exceeded")
+    return errors
+
+
+def rule_errors(p: Problem, placement: Placement) -> list[str]:
+    """Domain rules that `placement` breaks."""
+    errors = []
+    for rule in p.rules:
+        dom = p.domains[rule.key]
+        counts = [0] * len(dom.names)
+        for it, spots in zip(p.items, placement, strict=True):
+            k = it.tags.get(rule.tag, 0)
+            for n in spots if k else ():
+                d = dom.of.get(n)
+                if d is None:
+                    errors.append(f"{rule.tag}: {p.node_ids[n]} is in no {rule.key!r} domain")
+                else:
+                    counts[d] += k
+        if rule.kind == "limit" and counts and max(counts) > rule.value:
+            errors.append(f"{rule.tag}: over {rule.value} in one {rule.key!r} domain")
+        elif rule.kind == "together" and sum(1 for c in counts if c) > 1:
+            errors.append(f"{rule.tag}: spread over several {rule.key!r} domains")
+        elif rule.kind == "excess" and counts[rule.pair[0]] - counts[rule.pair[1]] < rule.value:
+            errors.append(f"{rule.tag}: no excess of {rule.value}")
+        elif rule.kind == "even" and counts and max(counts) - min(counts) > rule.value:
+            errors.append(f"{rule.tag}: skew over {rule.value} across {rule.key!r} domains")
     return errors

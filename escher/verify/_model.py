@@ -1,10 +1,20 @@
-"""Normalise a (Plan, ClusterState) pair into an integer placement problem.
+"""Normalise a (Plan, ClusterState) pair into an integer placement problem, in named stages.
 
-Every constraint of the problem is tracked by the id of the user's statement it comes from
-(`Statement`): a task (`task:<name>`), an intent (`intent:<i>`), the capacity of a resource on a
-node type (`cap:<resource>@<type>`) or the capacity set by a planned `set_resource`
-(`res:<i>`). A sub-problem keeps only some statements: dropped tasks and intents disappear,
-dropped capacities become unbounded. Quantities are scaled to integers (micro-units).
+Every constraint is tracked by the id of the user's statement it comes from (`Statement`): a
+task (``task:<name>``), an intent (``intent:<i>``), the capacity of a resource on a node type
+(``cap:<resource>@<type>``) or the capacity set by a planned `set_resource` (``res:<i>``). A
+sub-problem keeps only some statements: dropped tasks and intents disappear, dropped
+capacities become unbounded.
+
+Stages of `build`:
+1. `scales`: per resource, the power of ten that makes every quantity an integer; the tolerance
+   of `escher.core.resources.EPSILON` is added to capacities, so "fits" is `Resources.fits_in`.
+2. `apply_planned`: node capacities after the planned `set_resource` calls.
+3. `node_types`: interchangeable nodes (same capacities, statements, pins, domains).
+4. `units`: identical tasks grouped (same request, creations, concurrency, intents), so one
+   entry per task costs what replicas cost; scenario splits for intent proofs.
+5. `items`: co-located units merged (one item per component), simultaneous groups (all
+   concurrent tasks; each gang), limits (separation, spread) and allowed nodes.
 
 Semantics (see docs/verify.md):
 * Plan tasks use what nodes have *available* now; planned resources are applied in order
@@ -13,16 +23,16 @@ Semantics (see docs/verify.md):
   members hold their resources together; any other replica only has to fit alone on its node.
 * A replica that `creates` label L sets L's capacity on its node to the creation capacity
   (minus what running tasks hold of L there); with several creators the largest counts.
-* Colocated/Separated/SpreadAtMost/PinnedTo intents constrain where replicas go.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from escher.core.cluster import ClusterState
+from escher.core.cluster import ClusterState, Node
 from escher.core.errors import ValidationError
 from escher.core.plan import (
     Colocated,
@@ -30,28 +40,18 @@ from escher.core.plan import (
     Intent,
     PinnedTo,
     Plan,
+    PlannedTask,
     Separated,
     SpreadAtMost,
+    SpreadEvenly,
 )
+from escher.core.resources import EPSILON
+from escher.verify._topology import Domains, domains_of, topology_key
 
-SCALE = 1_000_000
 CONC = "conc"
 
 #: An integer capacity vector entry; None means unbounded (its statement was dropped).
 Cap = int | None
-
-
-def to_int(quantity: float) -> int:
-    """A quantity in integer micro-units."""
-    return round(quantity * SCALE)
-
-
-def fmt(value: int | None) -> str:
-    """A micro-unit integer as a short decimal."""
-    if value is None:
-        return "unbounded"
-    q = value / SCALE
-    return f"{q:g}" if abs(q) < 1e6 else f"{q:.6g}"
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ class Item:
     """Replicas that are placed together on one node, `mult` identical copies of them.
 
     Attributes:
-        members: (task name, replicas) carried by one copy.
+        members: (unit name, replicas) carried by one copy.
         mult: Number of identical copies (each copy goes to some node).
         loads: Group id -> per-resource load of one copy in that simultaneous group.
         single: Per-resource largest request of a replica that only has to fit alone.
@@ -88,6 +88,7 @@ class Item:
         tags: Limit id -> replicas of that limit's tasks in one copy.
         allowed: Node indices a copy may use (None = any).
         stmts: Statement ids this item depends on.
+        allowed_stmts: Statement ids behind `allowed`.
     """
 
     members: list[tuple[str, int]]
@@ -110,10 +111,14 @@ class Item:
             self.allowed,
         )
 
+    def need(self, r: int) -> int:
+        """The most of resource `r` one copy needs on its node at any instant."""
+        return max([self.single[r], *(load[r] for load in self.loads.values())])
+
 
 @dataclass
 class NodeType:
-    """Interchangeable nodes: same capacities, same statements, same pin sets."""
+    """Interchangeable nodes: same capacities, same statements, same pin sets and domains."""
 
     name: str
     nodes: list[int]
@@ -137,24 +142,37 @@ class Problem:
     limits: dict[str, tuple[int, str | None]]
     statements: dict[str, Statement]
     created: frozenset[int]
+    units: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
+    scales: list[int] = field(default_factory=list)
+    domains: dict[str, Domains] = field(default_factory=dict)
+    rules: list[Rule] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
     def cap_stmt(self, node: int, r: int) -> str:
         """The statement that bounds resource `r` on `node`."""
         return self.types[self.node_type[node]].capsrc[r]
 
+    def quantity(self, r: int, value: int | None) -> str:
+        """An integer amount of resource `r` as a short decimal."""
+        return fmt(value, self.scales[r] if self.scales else 1)
+
 
 @dataclass
 class Mods:
-    """Extra scenario constraints used by intent checks (not user statements).
+    """Extra scenario constraints used by intent proofs (not user statements).
 
     Attributes:
         split: Task -> number of replicas to split off as single-replica units
             (named ``task#0``, ``task#1``...).
         merge: Groups of unit names forced onto one node.
         apart: Pairs of unit names forced onto different nodes.
-        forbid: Unit name -> node ids it must avoid... inverted: unit -> allowed node ids.
+        only: Unit name -> the node ids it may use.
         drop_intents: Ignore every intent except gangs (placements the resources allow).
+        require: Preferences (intents with a weight) to treat as requirements.
+        domain_apart: (key, unit a, unit b): the two units in different domains of key.
+        domain_merge: (key, units): the units all in one domain of key.
+        excess: (key, tasks, (domain a, domain b), k): replicas of tasks in domain a exceed
+            those in domain b by at least k.
     """
 
     split: dict[str, int] = field(default_factory=dict)
@@ -162,19 +180,57 @@ class Mods:
     apart: list[tuple[str, str]] = field(default_factory=list)
     only: dict[str, frozenset[str]] = field(default_factory=dict)
     drop_intents: bool = False
+    require: frozenset[int] = frozenset()
+    domain_apart: list[tuple[str, str, str]] = field(default_factory=list)
+    domain_merge: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
+    excess: list[tuple[str, tuple[str, ...], tuple[int, int], int]] = field(default_factory=list)
 
 
-class _UF:
+@dataclass(frozen=True)
+class Rule:
+    """A constraint over the domains of a key, on the items tagged `tag`.
+
+    Attributes:
+        kind: ``together`` (all in one domain), ``limit`` (at most `value` per domain),
+            ``even`` (max minus min count over all domains at most `value`) or ``excess``
+            (domain pair[0] holds at least `value` more than domain pair[1]).
+        key: The topology key (`_topology.EACH_NODE`: every node its own domain).
+        value: The limit or skew.
+        stmt: The statement it comes from (None for a scenario constraint).
+        tag: The item tag that counts replicas under it.
+    """
+
+    kind: str
+    key: str
+    value: int
+    stmt: str | None
+    tag: str
+    pair: tuple[int, int] = (-1, -1)
+
+
+def fmt(value: int | None, scale: int = 1) -> str:
+    """An integer amount (in units of 1/`scale`) as a short decimal."""
+    if value is None:
+        return "unbounded"
+    q = value / scale
+    return f"{q:g}" if abs(q) < 1e6 else f"{q:.6g}"
+
+
+class UnionFind:
+    """Disjoint sets of string keys (co-location components)."""
+
     def __init__(self, keys: Iterable[str]) -> None:
         self.parent = {k: k for k in keys}
 
     def find(self, k: str) -> str:
+        """The representative of `k`'s set."""
         while self.parent[k] != k:
             self.parent[k] = self.parent[self.parent[k]]
             k = self.parent[k]
         return k
 
     def union(self, a: str, b: str) -> None:
+        """Merge the sets of `a` and `b`."""
         ra, rb = self.find(a), self.find(b)
         if ra != rb:
             self.parent[rb] = ra
@@ -189,13 +245,21 @@ _TYPE_LABEL_KEYS = (
 )
 
 
+def type_label(node: Node) -> str:
+    """The node's type name from its labels ("" if none)."""
+    for key in _TYPE_LABEL_KEYS:
+        if key in node.labels:
+            return str(node.labels[key])
+    return ""
+
+
 def intent_statement(index: int, intent: Intent) -> Statement:
     """The statement for the plan's `index`-th intent."""
     src = intent.source or "declared in the plan"
     return Statement(f"intent:{index}", "intent", f"{intent.describe()} ({src})", src)
 
 
-def task_statement(task: Any) -> Statement:
+def task_statement(task: PlannedTask) -> Statement:
     """The statement for a planned task."""
     req = {k: (int(v) if float(v).is_integer() else v) for k, v in task.resources.items()}
     conc = "" if task.concurrent else ", not concurrent"
@@ -208,9 +272,62 @@ def task_statement(task: Any) -> Statement:
     return Statement(f"task:{task.name}", "task", text, task.source)
 
 
+# ---------------------------------------------------------------- stage 1: scales
+
+
+def _decimals(x: float) -> int:
+    """The fewest decimals (at most 9) that write `x` exactly (up to float noise)."""
+    if x == 0:
+        return 0
+    for k in range(10):
+        v = x * 10**k
+        if round(v) and abs(v - round(v)) <= 1e-9 * abs(v):
+            return k
+    return 9
+
+
+def scales(plan: Plan, state: ClusterState, rnames: list[str]) -> list[int]:
+    """Per resource, the power of ten (at most 1e9) that makes its quantities integers."""
+    wanted = set(rnames)
+    digits = dict.fromkeys(rnames, 0)
+
+    def see(name: str, q: float) -> None:
+        if name in wanted and digits[name] < 9:
+            digits[name] = max(digits[name], _decimals(q))
+
+    for t in plan.tasks:
+        for name, q in t.resources.items():
+            see(name, q)
+        for c in t.creates:
+            see(c.label, c.capacity)
+    for res in plan.resources:
+        see(res.label, res.capacity)
+    for node in state.nodes.values():
+        if node.alive:
+            for vec in (node.available, node.total):
+                for name, q in vec.items():
+                    see(name, q)
+    return [10 ** digits[r] for r in rnames]
+
+
+def to_units(q: float, scale: int) -> int:
+    """A quantity in integer units of 1/`scale`."""
+    return round(q * scale)
+
+
+def cap_units(q: float, scale: int) -> int:
+    """A capacity in integer units, with `EPSILON`'s tolerance (as `Resources.fits_in`)."""
+    return round(q * scale) + math.floor(EPSILON * scale + 1e-12)
+
+
+# ---------------------------------------------------------------- stage 2: planned resources
+
+
 @dataclass
-class _NodePart:
-    nodes: list[Any]
+class NodePart:
+    """Alive nodes after the planned resources: per node capacities, held amounts, sources."""
+
+    nodes: list[Node]
     ids: list[str]
     index: dict[str, int]
     keys: list[tuple[Any, ...]]
@@ -218,28 +335,37 @@ class _NodePart:
     warnings: list[str]
 
 
-_cache: list[tuple[ClusterState, tuple[Any, ...], tuple[str, ...], _NodePart]] = []
+def _select(spec: Any, nodes: list[Node], avail: list[dict[str, float]]) -> list[int]:
+    from escher.core.resources import Resources
+
+    chosen = []
+    for k, node in enumerate(nodes):
+        if spec.having is not None:
+            ok = Resources.of(spec.having).fits_in(avail[k])
+        else:
+            ok = all(node.labels.get(a) == b for a, b in (spec.labels or {}).items())
+        if ok:
+            chosen.append(k)
+            if spec.num_nodes is not None and len(chosen) >= spec.num_nodes:
+                break
+    return chosen
 
 
-def _node_part(plan: Plan, state: ClusterState, rnames: tuple[str, ...]) -> _NodePart:
-    """Nodes after the planned resources: per node (capacities, held, sources, label).
+def apply_planned(
+    plan: Plan, state: ClusterState, rnames: tuple[str, ...], scale: tuple[int, ...]
+) -> NodePart:
+    """Stage 2: apply the planned resources in order; integer capacity keys per node.
 
-    Cached for the last few (state, planned resources, resource names): core minimisation
-    and intent checks rebuild sub-problems of one plan many times.
+    Raises:
+        ValidationError: a planned resource on "the caller's node" (a plan cannot resolve it).
     """
-    resources = tuple(plan.resources)
-    for c_state, c_res, c_rn, c_part in _cache:
-        if c_state is state and c_rn == rnames and c_res == resources:
-            return c_part
     warnings: list[str] = []
-    node_objs = [n for _, n in sorted(state.nodes.items()) if n.alive]
-    node_ids = [n.id for n in node_objs]
-    index = {nid: i for i, nid in enumerate(node_ids)}
-
-    # Apply planned resources (always; their capacity statement may be dropped).
-    avail = [dict(n.available.items()) for n in node_objs]
-    total = [dict(n.total.items()) for n in node_objs]
-    src: list[dict[str, str]] = [{} for _ in node_objs]
+    nodes = [n for _, n in sorted(state.nodes.items()) if n.alive]
+    ids = [n.id for n in nodes]
+    index = {nid: i for i, nid in enumerate(ids)}
+    avail = [dict(n.available.items()) for n in nodes]
+    total = [dict(n.total.items()) for n in nodes]
+    src: list[dict[str, str]] = [{} for _ in nodes]
     statements: dict[str, Statement] = {}
     for i, res in enumerate(plan.resources):
         spec = res.node_spec
@@ -252,16 +378,7 @@ def _node_part(plan: Plan, state: ClusterState, rnames: tuple[str, ...]) -> _Nod
         if spec.node_id is not None:
             chosen = [index[spec.node_id]] if spec.node_id in index else []
         else:
-            chosen = []
-            for k, node in enumerate(node_objs):
-                if spec.having is not None:
-                    ok = all(avail[k].get(r, 0.0) + 1e-9 >= q for r, q in spec.having.items())
-                else:
-                    ok = all(node.labels.get(a) == b for a, b in (spec.labels or {}).items())
-                if ok:
-                    chosen.append(k)
-                    if spec.num_nodes is not None and len(chosen) >= spec.num_nodes:
-                        break
+            chosen = _select(spec, nodes, avail)
         if not chosen:
             warnings.append(f"{res.source}: {spec.describe()} selects no node; it creates nothing.")
         sid = f"res:{i}"
@@ -277,24 +394,423 @@ def _node_part(plan: Plan, state: ClusterState, rnames: tuple[str, ...]) -> _Nod
             total[k][res.label] = res.capacity
             avail[k][res.label] = max(0.0, res.capacity - held)
             src[k][res.label] = sid
-
-    def type_label(k: int) -> str:
-        labels = node_objs[k].labels
-        for key in _TYPE_LABEL_KEYS:
-            if key in labels:
-                return str(labels[key])
-        return ""
-
     keys = []
-    for k in range(len(node_objs)):
-        c = tuple(to_int(avail[k].get(r, 0.0)) for r in rnames)
-        h = tuple(to_int(max(0.0, total[k].get(r, 0.0) - avail[k].get(r, 0.0))) for r in rnames)
-        s = tuple(src[k].get(r, "") for r in rnames)
-        keys.append((c, h, s, type_label(k)))
-    part = _NodePart(node_objs, node_ids, index, keys, statements, warnings)
-    _cache.insert(0, (state, resources, rnames, part))
-    del _cache[3:]
-    return part
+    for k, node in enumerate(nodes):
+        c = tuple(cap_units(avail[k].get(r, 0.0), s) for r, s in zip(rnames, scale, strict=True))
+        h = tuple(
+            to_units(max(0.0, total[k].get(r, 0.0) - avail[k].get(r, 0.0)), s)
+            for r, s in zip(rnames, scale, strict=True)
+        )
+        keys.append((c, h, tuple(src[k].get(r, "") for r in rnames), type_label(node)))
+    return NodePart(nodes, ids, index, keys, statements, warnings)
+
+
+_cache: list[tuple[ClusterState, tuple[Any, ...], tuple[str, ...], NodePart, list[int]]] = []
+
+
+def _node_part(
+    plan: Plan, state: ClusterState, rnames: tuple[str, ...]
+) -> tuple[NodePart, list[int]]:
+    """`apply_planned`, cached for the last few (state, planned resources, resource names):
+    minimisation and intent proofs rebuild sub-problems of one plan many times."""
+    resources = tuple(plan.resources)
+    for c_state, c_res, c_rn, c_part, c_scale in _cache:
+        if c_state is state and c_rn == rnames and c_res == resources:
+            return c_part, c_scale
+    scale = scales(plan, state, list(rnames))
+    part = apply_planned(plan, state, rnames, tuple(scale))
+    _cache.insert(0, (state, resources, rnames, part, scale))
+    del _cache[4:]
+    return part, scale
+
+
+# ---------------------------------------------------------------- stage 3: node types
+
+
+@dataclass
+class _Ctx:
+    """What the stages share while building one problem."""
+
+    plan: Plan
+    state: ClusterState
+    active: frozenset[str] | None
+    mods: Mods
+    rnames: list[str]
+    part: NodePart
+    scale: list[int]
+    intents: list[tuple[int, Intent]]
+    statements: dict[str, Statement]
+    warnings: list[str]
+    domains: dict[str, Domains] = field(default_factory=dict)
+    members: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
+
+    def on(self, sid: str) -> bool:
+        return self.active is None or sid in self.active
+
+
+def _pin_sets(ctx: _Ctx) -> tuple[dict[int, frozenset[int]], dict[str, frozenset[int]]]:
+    index = ctx.part.index
+    pins: dict[int, frozenset[int]] = {}
+    for i, intent in ctx.intents:
+        if isinstance(intent, PinnedTo) and ctx.on(f"intent:{i}"):
+            missing = [n for n in intent.nodes if n not in index]
+            if missing:
+                ctx.warnings.append(
+                    f"{intent.describe()}: no alive node(s) {missing} in the cluster."
+                )
+            pins[i] = frozenset(index[n] for n in intent.nodes if n in index)
+    only = {u: frozenset(index[n] for n in ns if n in index) for u, ns in ctx.mods.only.items()}
+    return pins, only
+
+
+def _type_name(ctx: _Ctx, node_list: list[int], used: dict[str, int]) -> str:
+    first = node_list[0]
+    label = type_label(ctx.part.nodes[first])
+    nid = ctx.part.ids[first]
+    if len(node_list) == 1:
+        name = f"{label} {nid!r}" if label else f"node {nid!r}"
+    else:
+        name = f"{label or 'nodes'} like {nid!r} ({len(node_list)} nodes)"
+    used[name] = used.get(name, 0) + 1
+    return name if used[name] == 1 else f"{name} #{used[name]}"
+
+
+def _name_types(ctx: _Ctx, types: list[NodeType], raw_keys: list[tuple[Any, ...]]) -> None:
+    """Name capacity classes (same capacities and label, whatever the pins) and create their
+    capacity statements; ids do not depend on which statements are active."""
+    cls_of: dict[tuple[Any, ...], list[int]] = {}
+    for ti, nt in enumerate(types):
+        cls_of.setdefault(raw_keys[nt.nodes[0]][:4], []).append(ti)
+    used: dict[str, int] = {}
+    for tids in sorted(cls_of.values(), key=lambda ts: min(types[j].nodes[0] for j in ts)):
+        name = _type_name(ctx, sorted(n for j in tids for n in types[j].nodes), used)
+        for ti in tids:
+            nt = types[ti]
+            nt.name = name
+            ids: list[str] = []
+            caps: list[Cap] = []
+            for r, rname in enumerate(ctx.rnames):
+                sid = nt.capsrc[r] or f"cap:{rname}@{name}"
+                if not nt.capsrc[r]:
+                    amount = fmt(nt.cap[r], ctx.scale[r])
+                    text = f"{name}: {amount} {rname} available per node"
+                    ctx.statements.setdefault(sid, Statement(sid, "capacity", text, name))
+                ids.append(sid)
+                caps.append(nt.cap[r] if ctx.on(sid) else None)
+            nt.capsrc = tuple(ids)
+            nt.cap = tuple(caps)
+
+
+def node_types(
+    ctx: _Ctx, pins: dict[int, frozenset[int]], only: dict[str, frozenset[int]]
+) -> tuple[list[NodeType], list[int]]:
+    """Stage 3: group interchangeable nodes into types."""
+    pin_keys, only_keys = sorted(pins), sorted(only)
+    dom_keys = sorted(ctx.domains)
+    type_of: dict[tuple[Any, ...], int] = {}
+    types: list[NodeType] = []
+    node_type: list[int] = []
+    raw_keys: list[tuple[Any, ...]] = []
+    for k, base in enumerate(ctx.part.keys):
+        key = (
+            *base,
+            tuple(k in pins[p] for p in pin_keys),
+            tuple(k in only[u] for u in only_keys),
+            tuple(ctx.domains[d].of.get(k) for d in dom_keys),
+        )
+        raw_keys.append(key)
+        if key not in type_of:
+            type_of[key] = len(types)
+            types.append(NodeType("", [], base[0], base[1], base[2]))
+        types[type_of[key]].nodes.append(k)
+        node_type.append(type_of[key])
+    _name_types(ctx, types, raw_keys)
+    return types, node_type
+
+
+# ---------------------------------------------------------------- stage 4: units
+
+
+def _identity(ctx: _Ctx) -> tuple[dict[str, tuple[int, ...]], set[str]]:
+    """Per task, the active intents naming it; and tasks that must keep their identity."""
+    named: dict[str, list[int]] = {}
+    for i, intent in ctx.intents:
+        if ctx.on(f"intent:{i}"):
+            for name in intent.tasks:
+                named.setdefault(name, []).append(i)
+    gangs = [
+        i
+        for i, intent in enumerate(ctx.plan.intents)
+        if ctx.mods.drop_intents and isinstance(intent, Gang) and ctx.on(f"intent:{i}")
+    ]
+    for i in gangs:
+        for name in ctx.plan.intents[i].tasks:
+            named.setdefault(name, []).append(i)
+    for j, (_key, names, _pair, _k) in enumerate(ctx.mods.excess):
+        for name in names:
+            named.setdefault(name, []).append(-1 - j)
+    keep = set(ctx.mods.split) | {u.split("#")[0] for u in ctx.mods.only}
+    return {k: tuple(sorted(set(v))) for k, v in named.items()}, keep
+
+
+def units(
+    ctx: _Ctx,
+) -> tuple[
+    dict[str, tuple[PlannedTask, int]], dict[str, list[str]], dict[str, list[tuple[str, int]]]
+]:
+    """Stage 4: identical tasks grouped into units; split-off replicas for scenarios.
+
+    Returns:
+        unit -> (representative task, replicas); task -> its units; unit -> member tasks
+        with their replicas (in plan order).
+    """
+    named, keep = _identity(ctx)
+    out: dict[str, tuple[PlannedTask, int]] = {}
+    task_units: dict[str, list[str]] = {}
+    members: dict[str, list[tuple[str, int]]] = {}
+    by_key: dict[tuple[Any, ...], str] = {}
+    for task in ctx.plan.tasks:
+        if not ctx.on(f"task:{task.name}"):
+            continue
+        n_split = min(ctx.mods.split.get(task.name, 0), task.count)
+        task_units[task.name] = []
+        for j in range(n_split):
+            u = f"{task.name}#{j}"
+            out[u] = (task, 1)
+            members[u] = [(task.name, 1)]
+            task_units[task.name].append(u)
+        rest = task.count - n_split
+        if not rest:
+            continue
+        key: tuple[Any, ...] = (
+            task.resources,
+            task.creates,
+            task.concurrent,
+            named.get(task.name, ()),
+            task.name if task.name in keep else "",
+        )
+        found = by_key.get(key)
+        if found is None:
+            u = by_key[key] = task.name
+            out[u] = (task, 0)
+            members[u] = []
+        else:
+            u = found
+        out[u] = (out[u][0], out[u][1] + rest)
+        members[u].append((task.name, rest))
+        task_units[task.name].append(u)
+    return out, task_units, members
+
+
+# ---------------------------------------------------------------- stage 5: items
+
+
+@dataclass
+class _Groups:
+    gang_of: dict[str, list[str]]
+    groups: dict[str, str | None]
+    limits: dict[str, tuple[int, str | None]]
+    rules: list[Rule]
+    limit_tasks: dict[str, set[str]]
+    unit_limits: dict[str, set[str]]
+    pins_of: dict[str, list[int]]
+    keyed: dict[str, list[tuple[str, str]]]
+
+
+def _rules(ctx: _Ctx, g: _Groups) -> None:
+    """Domain rules and per-node limits of the active intents, and the tags that count them."""
+    for i, intent in ctx.intents:
+        sid = f"intent:{i}"
+        if not ctx.on(sid):
+            continue
+        key = topology_key(intent)
+        if isinstance(intent, Separated | SpreadAtMost):
+            k = 1 if isinstance(intent, Separated) else int(intent.per_node)
+            if key is None:
+                g.limits[f"lim:{i}"] = (k, sid)
+            else:
+                g.rules.append(Rule("limit", key, k, sid, f"lim:{i}"))
+            g.limit_tasks[f"lim:{i}"] = set(intent.tasks)
+        elif isinstance(intent, Colocated) and key is not None:
+            g.rules.append(Rule("together", key, 0, sid, f"col:{i}"))
+            g.limit_tasks[f"col:{i}"] = set(intent.tasks)
+        elif isinstance(intent, SpreadEvenly):
+            assert key is not None
+            g.rules.append(Rule("even", key, int(intent.max_skew), sid, f"even:{i}"))
+            g.limit_tasks[f"even:{i}"] = set(intent.tasks)
+        if key is not None:
+            for name in intent.tasks:
+                g.keyed.setdefault(name, []).append((key, sid))
+
+
+def _groups(ctx: _Ctx, pins: dict[int, frozenset[int]]) -> _Groups:
+    groups: dict[str, str | None] = {CONC: None}
+    gang_of: dict[str, list[str]] = {}
+    gang_src = ctx.intents if not ctx.mods.drop_intents else list(enumerate(ctx.plan.intents))
+    for i, intent in gang_src:
+        if isinstance(intent, Gang) and ctx.on(f"intent:{i}"):
+            groups[f"gang:{i}"] = f"intent:{i}"
+            for name in intent.tasks:
+                gang_of.setdefault(name, []).append(f"gang:{i}")
+    g = _Groups(gang_of, groups, {}, [], {}, {}, {}, {})
+    _rules(ctx, g)
+    for j, (a, b) in enumerate(ctx.mods.apart):
+        g.limits[f"apart:{j}"] = (1, None)
+        g.unit_limits.setdefault(a, set()).add(f"apart:{j}")
+        g.unit_limits.setdefault(b, set()).add(f"apart:{j}")
+    for j, (key, a, b) in enumerate(ctx.mods.domain_apart):
+        g.rules.append(Rule("limit", key, 1, None, f"dapart:{j}"))
+        g.unit_limits.setdefault(a, set()).add(f"dapart:{j}")
+        g.unit_limits.setdefault(b, set()).add(f"dapart:{j}")
+    for j, (key, us) in enumerate(ctx.mods.domain_merge):
+        g.rules.append(Rule("together", key, 0, None, f"dmerge:{j}"))
+        for u in us:
+            g.unit_limits.setdefault(u, set()).add(f"dmerge:{j}")
+    for j, (key, names, pair, k) in enumerate(ctx.mods.excess):
+        g.rules.append(Rule("excess", key, k, None, f"excess:{j}", pair))
+        g.limit_tasks[f"excess:{j}"] = set(names)
+    for i in sorted(pins):
+        for name in ctx.plan.intents[i].tasks:
+            g.pins_of.setdefault(name, []).append(i)
+    return g
+
+
+def _components(
+    ctx: _Ctx, unit_map: Mapping[str, tuple[PlannedTask, int]], task_units: dict[str, list[str]]
+) -> tuple[dict[str, list[str]], set[str], dict[str, set[str]]]:
+    uf = UnionFind(unit_map)
+    merged: set[str] = set()
+    merge_stmts: dict[str, set[str]] = {u: set() for u in unit_map}
+    for i, intent in ctx.intents:
+        if isinstance(intent, Colocated) and intent.topology_key is None and ctx.on(f"intent:{i}"):
+            us = [u for name in intent.tasks for u in task_units.get(name, ())]
+            for u in us:
+                merged.add(u)
+                merge_stmts[u].add(f"intent:{i}")
+            for u in us[1:]:
+                uf.union(us[0], u)
+    for group in ctx.mods.merge:
+        us = [u for u in group if u in unit_map]
+        merged.update(us)
+        for u in us[1:]:
+            uf.union(us[0], u)
+    comps: dict[str, list[str]] = {}
+    for u in unit_map:
+        comps.setdefault(uf.find(u), []).append(u)
+    return comps, merged, merge_stmts
+
+
+@dataclass
+class _ItemBuilder:
+    nres: int
+    loads: dict[str, list[int]] = field(default_factory=dict)
+    single: list[int] = field(default_factory=list)
+    creates: dict[int, int] = field(default_factory=dict)
+    tags: dict[str, int] = field(default_factory=dict)
+    allowed: frozenset[int] | None = None
+    allowed_stmts: set[str] = field(default_factory=set)
+    stmts: set[str] = field(default_factory=set)
+    members: list[tuple[str, int]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.single = [0] * self.nres
+
+    def add_load(self, gids: list[str], v: list[int], per: int) -> None:
+        for g in gids:
+            cur = self.loads.setdefault(g, [0] * self.nres)
+            for r in range(self.nres):
+                cur[r] += v[r] * per
+        if not gids:
+            self.single = [max(a, b) for a, b in zip(self.single, v, strict=True)]
+
+    def restrict(self, nodes: frozenset[int]) -> None:
+        self.allowed = nodes if self.allowed is None else self.allowed & nodes
+
+    def item(self, mult: int) -> Item:
+        return Item(
+            members=self.members,
+            mult=mult,
+            loads={k: tuple(v) for k, v in self.loads.items() if any(v)},
+            single=tuple(self.single),
+            creates=self.creates,
+            tags=self.tags,
+            allowed=self.allowed,
+            stmts=frozenset(self.stmts),
+            allowed_stmts=frozenset(self.allowed_stmts),
+        )
+
+
+def _vec(task: PlannedTask, ridx: dict[str, int], scale: list[int], nres: int) -> list[int]:
+    v = [0] * nres
+    for r, q in task.resources.items():
+        v[ridx[r]] += to_units(q, scale[ridx[r]])
+    return v
+
+
+def items(
+    ctx: _Ctx,
+    unit_map: Mapping[str, tuple[PlannedTask, int]],
+    task_units: dict[str, list[str]],
+    g: _Groups,
+    pins: dict[int, frozenset[int]],
+    only: dict[str, frozenset[int]],
+) -> list[Item]:
+    """Stage 5: one item per co-location component (copies of a lone unit stay apart)."""
+    comps, merged, merge_stmts = _components(ctx, unit_map, task_units)
+    tag_of: dict[str, list[str]] = {}
+    for lid, names in g.limit_tasks.items():
+        for name in names:
+            tag_of.setdefault(name, []).append(lid)
+    nres = len(ctx.rnames)
+    ridx = {r: i for i, r in enumerate(ctx.rnames)}
+    out: list[Item] = []
+    for root in sorted(comps):
+        us = comps[root]
+        is_merged = any(u in merged for u in us)
+        b = _ItemBuilder(nres)
+        for u in us:
+            task, reps = unit_map[u]
+            per = reps if is_merged else 1
+            b.members.append((u, per))
+            b.stmts.update(merge_stmts[u])
+            b.stmts.update(f"task:{name}" for name, _ in ctx.members[u])
+            v = _vec(task, ridx, ctx.scale, nres)
+            b.add_load(list(g.gang_of.get(task.name, [])) + [CONC] * task.concurrent, v, per)
+            for c in task.creates:
+                if c.label in ridx:
+                    r = ridx[c.label]
+                    b.creates[r] = max(b.creates.get(r, 0), cap_units(c.capacity, ctx.scale[r]))
+            for lid in [*tag_of.get(task.name, ()), *g.unit_limits.get(u, ())]:
+                b.tags[lid] = b.tags.get(lid, 0) + per
+            _restrict(ctx, b, task.name, g, pins)
+            if u in only:
+                b.restrict(only[u])
+        out.append(b.item(1 if is_merged else unit_map[us[0]][1]))
+    return out
+
+
+def _restrict(
+    ctx: _Ctx, b: _ItemBuilder, name: str, g: _Groups, pins: dict[int, frozenset[int]]
+) -> None:
+    """Pins and topology keys of the intents naming task `name` restrict where it goes."""
+    for p in g.pins_of.get(name, []):
+        b.restrict(pins[p])
+        b.allowed_stmts.add(f"intent:{p}")
+    for key, sid in g.keyed.get(name, []):
+        b.restrict(frozenset(ctx.domains[key].of))
+        b.allowed_stmts.add(sid)
+
+
+# ---------------------------------------------------------------- build
+
+
+def _statements(ctx: _Ctx) -> None:
+    for task in ctx.plan.tasks:
+        st = task_statement(task)
+        ctx.statements[st.id] = st
+    for i, intent in enumerate(ctx.plan.intents):
+        st = intent_statement(i, intent)
+        ctx.statements[st.id] = st
 
 
 def build(
@@ -310,269 +826,51 @@ def build(
         ValidationError: the plan is not well-formed for verification.
     """
     mods = mods or Mods()
-
-    def on(sid: str) -> bool:
-        return active is None or sid in active
-
-    warnings: list[str] = []
-
-    tasks = [t for t in plan.tasks if on(f"task:{t.name}")]
-    names = {t.name for t in plan.tasks}
-    rnames: list[str] = sorted({r for t in plan.tasks for r in t.resources})
+    rnames = sorted({r for t in plan.tasks for r in t.resources})
+    part, scale = _node_part(plan, state, tuple(rnames))
+    ctx = _Ctx(
+        plan=plan,
+        state=state,
+        active=active,
+        mods=mods,
+        rnames=rnames,
+        part=part,
+        scale=scale,
+        intents=[
+            (i, x)
+            for i, x in enumerate(plan.intents)
+            if not mods.drop_intents and (not x.preferred or i in mods.require)
+        ],
+        statements=dict(part.statements),
+        warnings=list(part.warnings),
+    )
+    ctx.domains = domains_of(plan, part.nodes, ctx.intents, ctx.on)
+    pins, only = _pin_sets(ctx)
+    types, node_type = node_types(ctx, pins, only)
+    _statements(ctx)
+    unit_map, task_units, members = units(ctx)
+    ctx.members = members
+    g = _groups(ctx, pins)
+    its = items(ctx, unit_map, task_units, g, pins, only)
     ridx = {r: i for i, r in enumerate(rnames)}
-    nres = len(rnames)
-    base = _node_part(plan, state, tuple(rnames))
-    node_objs, node_ids, index, base_keys = base.nodes, base.ids, base.index, base.keys
-    statements: dict[str, Statement] = dict(base.statements)
-    warnings.extend(base.warnings)
-
-    # Per node integer capacities, held amounts and capacity statement sources.
-    created_names = {c.label for t in plan.tasks for c in t.creates}
-    created = frozenset(ridx[c] for c in created_names if c in ridx)
-
-    # Pins: node index sets per active PinnedTo intent.
-    intents = [] if mods.drop_intents else list(enumerate(plan.intents))
-    pin_sets: dict[int, frozenset[int]] = {}
-    for i, intent in intents:
-        if isinstance(intent, PinnedTo) and on(f"intent:{i}"):
-            missing = [n for n in intent.nodes if n not in index]
-            if missing:
-                warnings.append(f"{intent.describe()}: no alive node(s) {missing} in the cluster.")
-            pin_sets[i] = frozenset(index[n] for n in intent.nodes if n in index)
-    only_sets = {u: frozenset(index[n] for n in ns if n in index) for u, ns in mods.only.items()}
-    pin_keys = sorted(pin_sets)
-    only_keys = sorted(only_sets)
-
-    def type_label(k: int) -> str:
-        labels = node_objs[k].labels
-        for key in _TYPE_LABEL_KEYS:
-            if key in labels:
-                return str(labels[key])
-        return ""
-
-    type_of: dict[tuple[Any, ...], int] = {}
-    types: list[NodeType] = []
-    node_type: list[int] = []
-    caps: list[tuple[Cap, ...]] = []
-    helds: list[tuple[int, ...]] = []
-    raw_keys: list[tuple[Any, ...]] = []
-    for k in range(len(node_objs)):
-        c, h, s, _label = base_keys[k]
-        key = (
-            *base_keys[k],
-            tuple(k in pin_sets[p] for p in pin_keys),
-            tuple(k in only_sets[u] for u in only_keys),
-        )
-        raw_keys.append(key)
-        if key not in type_of:
-            type_of[key] = len(types)
-            types.append(NodeType("", [], c, h, s))
-        ti = type_of[key]
-        types[ti].nodes.append(k)
-        node_type.append(ti)
-    # Name capacity classes (same capacities and label, whatever the pins) and create their
-    # capacity statements; ids must not depend on which statements are active.
-    cls_of: dict[tuple[Any, ...], list[int]] = {}
-    for ti, nt in enumerate(types):
-        key = raw_keys[nt.nodes[0]][:4]
-        cls_of.setdefault(key, []).append(ti)
-    used_names: dict[str, int] = {}
-    for tids in sorted(cls_of.values(), key=lambda ts: min(types[j].nodes[0] for j in ts)):
-        node_list = sorted(n for j in tids for n in types[j].nodes)
-        first = node_list[0]
-        label = type_label(first)
-        if len(node_list) == 1:
-            name = f"{label} {node_ids[first]!r}" if label else f"node {node_ids[first]!r}"
-        else:
-            name = f"{label or 'nodes'} like {node_ids[first]!r} ({len(node_list)} nodes)"
-        if name in used_names:
-            used_names[name] += 1
-            name = f"{name} #{used_names[name]}"
-        else:
-            used_names[name] = 1
-        for ti in tids:
-            nt = types[ti]
-            nt.name = name
-            ids: list[str] = []
-            cap_list: list[Cap] = []
-            for r, rname in enumerate(rnames):
-                sid = nt.capsrc[r] or f"cap:{rname}@{name}"
-                if not nt.capsrc[r]:
-                    statements.setdefault(
-                        sid,
-                        Statement(
-                            sid,
-                            "capacity",
-                            f"{name}: {fmt(nt.cap[r])} {rname} available per node",
-                            name,
-                        ),
-                    )
-                ids.append(sid)
-                cap_list.append(nt.cap[r] if on(sid) else None)
-            nt.capsrc = tuple(ids)
-            nt.cap = tuple(cap_list)
-    for k in range(len(node_objs)):
-        caps.append(types[node_type[k]].cap)
-        helds.append(types[node_type[k]].held)
-
-    # Statements for tasks and intents.
-    for task in plan.tasks:
-        st = task_statement(task)
-        statements[st.id] = st
-    for i, intent in enumerate(plan.intents):
-        st = intent_statement(i, intent)
-        statements[st.id] = st
-
-    # Units: tasks, with split-off replicas for scenarios.
-    units: dict[str, tuple[str, int]] = {}  # unit -> (task, replicas)
-    task_units: dict[str, list[str]] = {}
-    for task in tasks:
-        n_split = min(mods.split.get(task.name, 0), task.count)
-        task_units[task.name] = []
-        for j in range(n_split):
-            units[f"{task.name}#{j}"] = (task.name, 1)
-            task_units[task.name].append(f"{task.name}#{j}")
-        if task.count > n_split:
-            units[task.name] = (task.name, task.count - n_split)
-            task_units[task.name].append(task.name)
-    by_name = {t.name: t for t in tasks}
-
-    uf = _UF(units)
-    merged: set[str] = set()
-    merge_stmts: dict[str, set[str]] = {u: set() for u in units}
-    for i, intent in intents:
-        if isinstance(intent, Colocated) and on(f"intent:{i}"):
-            us = [u for name in intent.tasks if name in by_name for u in task_units[name]]
-            for u in us:
-                merged.add(u)
-                merge_stmts[u].add(f"intent:{i}")
-            for u in us[1:]:
-                uf.union(us[0], u)
-    for group in mods.merge:
-        us = [u for u in group if u in units]
-        merged.update(us)
-        for u in us[1:]:
-            uf.union(us[0], u)
-
-    # Simultaneous groups.
-    groups: dict[str, str | None] = {CONC: None}
-    gang_of: dict[str, list[str]] = {}
-    for i, intent in intents:
-        if isinstance(intent, Gang) and on(f"intent:{i}"):
-            gid = f"gang:{i}"
-            groups[gid] = f"intent:{i}"
-            for name in intent.tasks:
-                gang_of.setdefault(name, []).append(gid)
-    # Also keep gangs when intents are dropped for scenarios (gangs are about feasibility).
-    if mods.drop_intents:
-        for i, intent in enumerate(plan.intents):
-            if isinstance(intent, Gang) and on(f"intent:{i}"):
-                gid = f"gang:{i}"
-                groups[gid] = f"intent:{i}"
-                for name in intent.tasks:
-                    gang_of.setdefault(name, []).append(gid)
-
-    # Limits: separation and spread.
-    limits: dict[str, tuple[int, str | None]] = {}
-    limit_tasks: dict[str, set[str]] = {}
-    for i, intent in intents:
-        if isinstance(intent, Separated | SpreadAtMost) and on(f"intent:{i}"):
-            k = 1 if isinstance(intent, Separated) else int(intent.per_node)
-            limits[f"lim:{i}"] = (k, f"intent:{i}")
-            limit_tasks[f"lim:{i}"] = set(intent.tasks)
-    unit_limits: dict[str, set[str]] = {}
-    for j, (a, b) in enumerate(mods.apart):
-        lid = f"apart:{j}"
-        limits[lid] = (1, None)
-        unit_limits.setdefault(a, set()).add(lid)
-        unit_limits.setdefault(b, set()).add(lid)
-
-    pins_of: dict[str, list[int]] = {}
-    for i in pin_keys:
-        intent = plan.intents[i]
-        for name in intent.tasks:
-            pins_of.setdefault(name, []).append(i)
-
-    def vec(req: Any) -> list[int]:
-        v = [0] * nres
-        for r, q in req.items():
-            v[ridx[r]] += to_int(q)
-        return v
-
-    comps: dict[str, list[str]] = {}
-    for u in units:
-        comps.setdefault(uf.find(u), []).append(u)
-    items: list[Item] = []
-    for root in sorted(comps):
-        us = comps[root]
-        is_merged = any(u in merged for u in us)
-        loads: dict[str, list[int]] = {}
-        single = [0] * nres
-        creates: dict[int, int] = {}
-        tags: dict[str, int] = {}
-        allowed: frozenset[int] | None = None
-        allowed_stmts: set[str] = set()
-        stmts: set[str] = set()
-        members: list[tuple[str, int]] = []
-        for u in us:
-            tname, reps = units[u]
-            t = by_name[tname]
-            per = reps if is_merged else 1
-            members.append((tname, per))
-            stmts.add(f"task:{tname}")
-            stmts.update(merge_stmts[u])
-            v = vec(t.resources)
-            gids = list(gang_of.get(tname, []))
-            if t.concurrent:
-                gids.append(CONC)
-            for g in gids:
-                cur = loads.setdefault(g, [0] * nres)
-                for r in range(nres):
-                    cur[r] += v[r] * per
-            if not gids:
-                single = [max(a, b) for a, b in zip(single, v, strict=True)]
-            for c in t.creates:
-                if c.label in ridx:
-                    r = ridx[c.label]
-                    creates[r] = max(creates.get(r, 0), to_int(c.capacity))
-            for lid, lt in limit_tasks.items():
-                if tname in lt:
-                    tags[lid] = tags.get(lid, 0) + per
-            for lid in unit_limits.get(u, ()):
-                tags[lid] = tags.get(lid, 0) + per
-            for p in pins_of.get(tname, []):
-                allowed = pin_sets[p] if allowed is None else allowed & pin_sets[p]
-                allowed_stmts.add(f"intent:{p}")
-            if u in only_sets:
-                allowed = only_sets[u] if allowed is None else allowed & only_sets[u]
-        mult = 1 if is_merged else units[us[0]][1]
-        items.append(
-            Item(
-                members=members,
-                mult=mult,
-                loads={g: tuple(v) for g, v in loads.items() if any(v)},
-                single=tuple(single),
-                creates=creates,
-                tags=tags,
-                allowed=allowed,
-                stmts=frozenset(stmts),
-                allowed_stmts=frozenset(allowed_stmts),
-            )
-        )
-    _ = names
+    created = frozenset(ridx[c.label] for t in plan.tasks for c in t.creates if c.label in ridx)
     return Problem(
         resources=rnames,
-        node_ids=node_ids,
-        cap=caps,
-        held=helds,
+        node_ids=part.ids,
+        cap=[types[node_type[k]].cap for k in range(len(part.ids))],
+        held=[types[node_type[k]].held for k in range(len(part.ids))],
         node_type=node_type,
         types=types,
-        items=items,
-        groups=groups,
-        limits=limits,
-        statements=statements,
+        items=its,
+        groups=g.groups,
+        limits=g.limits,
+        statements=ctx.statements,
         created=created,
-        warnings=warnings,
+        units=members,
+        scales=scale,
+        domains=ctx.domains,
+        rules=g.rules,
+        warnings=ctx.warnings,
     )
 
 

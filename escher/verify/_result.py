@@ -10,6 +10,18 @@ from typing import Any
 from escher.core.plan import Intent
 from escher.verify._model import Statement
 
+#: Exit code of `escher verify` for bad input (unreadable or malformed files, bad options).
+EXIT_BAD_INPUT = 3
+
+#: Every exit code of `escher verify` and what it means.
+EXIT_CODES: Mapping[int, str] = {
+    0: "feasible (the placement was checked independently); every intent proven or timed out",
+    1: "infeasible (the explanation says why)",
+    2: "unknown (a limit was hit; the output says what was proven)",
+    EXIT_BAD_INPUT: "bad input: unreadable or malformed file, bad option (nothing was checked)",
+    4: "feasible, but a declared intent is violated (a counterexample is printed)",
+}
+
 
 class Verdict(enum.Enum):
     """Is there a placement of the plan on the cluster?"""
@@ -121,9 +133,14 @@ class VerificationResult:
             independent checker.
         explanation: For INFEASIBLE: the conflicting statements.
         intents: One result per declared intent (empty when not checked).
-        proven: For UNKNOWN (and others): what was established before a limit was hit.
+        proven: For UNKNOWN (and others): what was established before a limit was hit, and
+            what would decide it.
         warnings: Oddities that are not errors (a node spec that selects no node, ...).
-        stats: Timings and sizes (method, build and solve seconds, classes, node types).
+        stats: Timings and sizes (method, seconds per stage, classes, node types).
+        cause: For INFEASIBLE: the cause in one line (e.g. ``GPU: 150 requested, 148
+            available``); for UNKNOWN: the tightest bound found.
+        preferences: For FEASIBLE: which preferences (intents with a weight) the witness
+            meets, one line each.
     """
 
     status: Verdict
@@ -133,6 +150,8 @@ class VerificationResult:
     proven: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     stats: Mapping[str, Any] = field(default_factory=dict)
+    cause: str = ""
+    preferences: tuple[str, ...] = ()
 
     @property
     def feasible(self) -> bool:
@@ -140,16 +159,27 @@ class VerificationResult:
         return self.status is Verdict.FEASIBLE
 
     @property
+    def violated(self) -> tuple[IntentResult, ...]:
+        """The intents reported VIOLATED."""
+        return tuple(r for r in self.intents if r.status is IntentStatus.VIOLATED)
+
+    @property
     def exit_code(self) -> int:
-        """0 feasible, 1 infeasible, 2 unknown (the CLI's exit codes)."""
+        """The CLI's exit code (`EXIT_CODES`): 0, 1, 2, or 4 when feasible with a violated
+        intent."""
+        if self.status is Verdict.FEASIBLE and self.violated:
+            return 4
         return {Verdict.FEASIBLE: 0, Verdict.INFEASIBLE: 1, Verdict.UNKNOWN: 2}[self.status]
 
     def render(self) -> str:
         """A readable multi-line report."""
         lines = [f"verdict: {self.status.value}"]
+        if self.cause:
+            lines.append(f"cause: {self.cause}")
         if self.witness is not None:
             n = sum(len(v) for v in self.witness.values())
             lines.append(f"witness: {n} replica(s) placed, checked independently")
+        lines.extend(f"preference: {p}" for p in self.preferences)
         if self.explanation is not None:
             lines.append(self.explanation.render())
         for p in self.proven:
@@ -169,6 +199,9 @@ class VerificationResult:
         """JSON-ready data (the CLI's --format json)."""
         return {
             "status": self.status.value,
+            "exit_code": self.exit_code,
+            "cause": self.cause,
+            "preferences": list(self.preferences),
             "witness": dict(self.witness) if self.witness is not None else None,
             "explanation": self.explanation.to_dict() if self.explanation else None,
             "intents": [r.to_dict() for r in self.intents],

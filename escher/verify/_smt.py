@@ -1,31 +1,40 @@
 """Z3 encodings of a `Problem`, every constraint guarded by its statements' literals.
 
-* `relaxed`: integer counts per (class of identical items, node type). Each type's nodes are
-  summed, with valid per-node cuts (largest multiple that fits one node), so UNSAT proves the
-  real problem infeasible; SAT gives per-type counts for `greedy` to pack into real nodes.
+One encoding, over "bins" that are either node types or single nodes:
+
+* `relaxed`: integer counts per (class of identical items, node type). A type's nodes are
+  summed, with valid per-node cuts (for each size q: sum floor(q_c / q) n_c <= floor(cap / q)),
+  so UNSAT proves the real problem infeasible; SAT gives per-type counts to pack into nodes.
+  Domain rules are exact here: a type lies in one domain of every key.
 * `exact`: integer counts per (class, node), used only for small problems.
 
-Both return ("sat", counts) | ("unsat", core statement ids) | ("unknown", reason).
+Both return ("sat", targets) | ("unsat", core statement ids) | ("unknown", reason).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import z3
 
 from escher.verify._greedy import classes
-from escher.verify._model import Item, Problem
+from escher.verify._model import Item, Problem, Rule
 
 #: Largest class x node product the exact encoding accepts.
 EXACT_LIMIT = 6000
+
+#: Size cuts per (node type, resource) in the relaxation.
+CUTS = 6
 
 Outcome = tuple[str, Any]
 
 
 class _Lits:
+    """One assumption literal per statement id."""
+
     def __init__(self, ctx: z3.Context) -> None:
         self.ctx = ctx
         self.lits: dict[str, z3.BoolRef] = {}
@@ -50,245 +59,277 @@ class _Lits:
         return got[0] if len(got) == 1 else z3.Or(*got)
 
 
-def _guard(s: z3.Solver, cond: z3.BoolRef | None, fact: z3.BoolRef) -> None:
-    s.add(fact if cond is None else z3.Implies(cond, fact))
+@dataclass
+class _Bin:
+    nodes: list[int]
+    t: int
+
+    @property
+    def m(self) -> int:
+        return len(self.nodes)
+
+
+@dataclass
+class _Enc:
+    p: Problem
+    s: z3.Solver
+    lits: _Lits
+    cls: list[list[int]]
+    bins: list[_Bin]
+    exact: bool
+    x: list[list[z3.ArithRef]] = field(default_factory=list)
+
+    def rep(self, ci: int) -> Item:
+        return self.p.items[self.cls[ci][0]]
+
+    def guard(self, cond: z3.BoolRef | None, fact: z3.BoolRef) -> None:
+        self.s.add(fact if cond is None else z3.Implies(cond, fact))
 
 
 def _solver(ctx: z3.Context, deadline: float, memory_mb: int | None) -> z3.Solver:
     s = z3.SolverFor("QF_LIA", ctx=ctx)
-    ms = max(1, int((deadline - time.monotonic()) * 1000))
-    s.set("timeout", ms)
+    s.set("timeout", max(1, int((deadline - time.monotonic()) * 1000)))
     if memory_mb:
         z3.set_param("memory_max_size", int(memory_mb))
     return s
 
 
-def _run(s: z3.Solver, lits: _Lits) -> str:
-    assumptions = list(lits.lits.values())
-    res = s.check(*assumptions)
-    if res == z3.sat:
-        return "sat"
-    if res == z3.unsat:
-        return "unsat"
-    return "unknown:" + str(s.reason_unknown())
-
-
-def _core(s: z3.Solver, lits: _Lits) -> set[str]:
-    back = {str(v): k for k, v in lits.lits.items()}
-    return {back[str(x)] for x in s.unsat_core()}
-
-
-def _item_fits_type_alone(p: Problem, it: Item, t: int) -> list[int]:
+def _short(p: Problem, it: Item, t: int) -> list[int]:
     """Resources on which one copy of `it` cannot fit any node of type `t` (ever)."""
     nt = p.types[t]
     best_made: dict[int, int] = {}
     for other in p.items:
         for r, c in other.creates.items():
             best_made[r] = max(best_made.get(r, 0), c - nt.held[r])
-    short = []
+    out = []
     for r in range(len(p.resources)):
-        need = max([it.single[r], *(load[r] for load in it.loads.values())])
-        if not need:
-            continue
-        cr = nt.cap[r]
-        if cr is None:
+        need, cr = it.need(r), nt.cap[r]
+        if not need or cr is None:
             continue
         eff = max(cr, best_made.get(r, 0)) if r in p.created else cr
         if need > eff:
-            short.append(r)
-    return short
+            out.append(r)
+    return out
 
 
-def _class_row(
-    p: Problem, s: z3.Solver, lits: _Lits, idxs: list[int], names: list[str]
-) -> list[z3.ArithRef]:
-    """One count variable per name for a class of identical items; they sum to its size
-    (an item whose statements are dropped counts 0)."""
-    ctx = s.ctx
-    row = [z3.Int(name, ctx) for name in names]
-    for v in row:
-        s.add(v >= 0)
-    count = z3.Sum(
-        [
-            z3.If(g, p.items[i].mult, 0)
-            if (g := lits.all(sorted(p.items[i].stmts))) is not None
-            else z3.IntVal(p.items[i].mult, ctx)
-            for i in idxs
-        ]
+def _rows(e: _Enc) -> None:
+    """Count variables per (class, bin) summing to the class size, and the zeros."""
+    ctx = e.s.ctx
+    for ci, idxs in enumerate(e.cls):
+        row = [z3.Int(f"x{ci}_{b}", ctx) for b in range(len(e.bins))]
+        for v in row:
+            e.s.add(v >= 0)
+        count = z3.Sum(
+            [
+                z3.If(g, e.p.items[i].mult, 0)
+                if (g := e.lits.all(sorted(e.p.items[i].stmts))) is not None
+                else z3.IntVal(e.p.items[i].mult, ctx)
+                for i in idxs
+            ]
+        )
+        e.s.add(z3.Sum(row) == count)
+        e.x.append(row)
+        it = e.rep(ci)
+        for b, bin_ in enumerate(e.bins):
+            _zeros(e, it, row[b], bin_)
+
+
+def _zeros(e: _Enc, it: Item, var: z3.ArithRef, bin_: _Bin) -> None:
+    if it.allowed is not None and not any(n in it.allowed for n in bin_.nodes):
+        e.guard(e.lits.all(sorted(it.allowed_stmts)), var == 0)
+    short = _short(e.p, it, bin_.t)
+    if short:
+        reasons = [_reason(e, it, bin_.t, r) for r in short]
+        e.guard(reasons[0] if len(reasons) == 1 else z3.Or(*reasons), var == 0)
+    for lid, cnt in it.tags.items():
+        if lid in e.p.limits and cnt > e.p.limits[lid][0]:
+            e.guard(e.lits(e.p.limits[lid][1]), var == 0)
+
+
+def _reason(e: _Enc, it: Item, t: int, r: int) -> z3.BoolRef:
+    """Why one copy of `it` cannot fit a node of type `t` on resource `r`: the capacity, and
+    the gang whose load is too big when only a gang's load is."""
+    nt = e.p.types[t]
+    cap = nt.cap[r] or 0
+    sids: list[str | None] = [nt.capsrc[r]]
+    small = it.single[r] <= cap and all(
+        load[r] <= cap for g, load in it.loads.items() if e.p.groups[g] is None
     )
-    s.add(z3.Sum(row) == count)
-    return row
+    if small:
+        gangs = [e.p.groups[g] for g, load in it.loads.items() if load[r] > cap]
+        sids.append(sorted(s for s in gangs if s)[0] if any(gangs) else None)
+    got = e.lits.all(sids)
+    assert got is not None
+    return got
+
+
+def _created_cap(e: _Enc, b: int, r: int) -> Any:
+    """Capacity of created resource `r` on bin `b` (a single node): the largest creation
+    among the creators placed there, else the node's own."""
+    ctx = e.s.ctx
+    n = e.bins[b].nodes[0]
+    base = e.p.cap[n][r]
+    expr: Any = z3.IntVal(base, ctx) if base is not None else z3.IntVal(10**18, ctx)
+    makers = sorted(
+        (e.rep(ci).creates[r], ci) for ci in range(len(e.cls)) if r in e.rep(ci).creates
+    )
+    for c, ci in makers:
+        expr = z3.If(e.x[ci][b] >= 1, z3.IntVal(max(0, c - e.p.held[n][r]), ctx), expr)
+    return expr
+
+
+def _capacity(e: _Enc, b: int) -> None:
+    p, bin_ = e.p, e.bins[b]
+    nt = p.types[bin_.t]
+    for g, gsid in p.groups.items():
+        for r in range(len(p.resources)):
+            _group_cap(e, b, g, gsid, r)
+    for lid, (lim, sid) in p.limits.items():
+        terms2 = [(e.rep(ci).tags[lid], ci) for ci in range(len(e.cls)) if lid in e.rep(ci).tags]
+        if terms2:
+            e.guard(e.lits(sid), z3.Sum([a * e.x[ci][b] for a, ci in terms2]) <= lim * bin_.m)
+    if e.exact:
+        for r in p.created:
+            for ci in range(len(e.cls)):
+                need = e.rep(ci).single[r]
+                if need:
+                    e.guard(
+                        e.lits(nt.capsrc[r]),
+                        z3.Implies(e.x[ci][b] >= 1, _created_cap(e, b, r) >= need),
+                    )
+
+
+def _group_cap(e: _Enc, b: int, g: str, gsid: str | None, r: int) -> None:
+    """What group `g` holds of resource `r` on bin `b` fits its capacity (with size cuts)."""
+    p, bin_ = e.p, e.bins[b]
+    nt = p.types[bin_.t]
+    terms = [
+        (load[r], ci)
+        for ci in range(len(e.cls))
+        if (load := e.rep(ci).loads.get(g)) is not None and load[r]
+    ]
+    kcap = nt.cap[r]
+    if not terms or (kcap is None and not (e.exact and r in p.created)):
+        return
+    cond = e.lits.all([nt.capsrc[r], gsid])
+    lhs = z3.Sum([q * e.x[ci][b] for q, ci in terms])
+    if r in p.created:
+        _created(e, b, r, cond, lhs, kcap)
+        return
+    assert kcap is not None
+    e.guard(cond, lhs <= bin_.m * kcap)
+    if not e.exact:
+        for q in sorted({q for q, _ in terms}, reverse=True)[:CUTS]:
+            cut = [(qq // q, ci) for qq, ci in terms if qq // q]
+            e.guard(cond, z3.Sum([a * e.x[ci][b] for a, ci in cut]) <= bin_.m * (kcap // q))
+
+
+def _created(e: _Enc, b: int, r: int, cond: Any, lhs: Any, kcap: int | None) -> None:
+    if e.exact:
+        e.guard(cond, lhs <= _created_cap(e, b, r))
+        return
+    assert kcap is not None
+    held = e.p.types[e.bins[b].t].held[r]
+    extra = [
+        max(0, e.rep(ci).creates[r] - held) * e.x[ci][b]
+        for ci in range(len(e.cls))
+        if r in e.rep(ci).creates
+    ]
+    e.guard(cond, lhs <= e.bins[b].m * kcap + (z3.Sum(extra) if extra else 0))
+
+
+def _rule(e: _Enc, rule: Rule) -> None:
+    """A domain rule: bins lie in one domain of the key each (types are split by domain)."""
+    ctx = e.s.ctx
+    dom = e.p.domains[rule.key]
+    tagged = [
+        (e.rep(ci).tags[rule.tag], ci) for ci in range(len(e.cls)) if rule.tag in e.rep(ci).tags
+    ]
+    if not tagged:
+        return
+    per: list[list[Any]] = [[] for _ in dom.names]
+    for b, bin_ in enumerate(e.bins):
+        d = dom.of.get(bin_.nodes[0])
+        for a, ci in tagged:
+            if d is None:
+                e.guard(e.lits(rule.stmt), e.x[ci][b] == 0)
+            else:
+                per[d].append(a * e.x[ci][b])
+    counts = [z3.Sum(terms) if terms else z3.IntVal(0, ctx) for terms in per]
+    cond = e.lits(rule.stmt)
+    if rule.kind == "limit":
+        for c in counts:
+            e.guard(cond, c <= rule.value)
+    elif rule.kind == "together":
+        used = [c >= 1 for c in counts]
+        if len(used) > 1:
+            e.guard(cond, z3.AtMost(*used, 1))
+    elif rule.kind == "excess":
+        a, b = rule.pair
+        e.guard(cond, counts[a] - counts[b] >= rule.value)
+    elif rule.kind == "even" and counts:
+        lo, hi = z3.Int(f"lo_{rule.tag}", ctx), z3.Int(f"hi_{rule.tag}", ctx)
+        for c in counts:
+            e.guard(cond, z3.And(lo <= c, c <= hi))
+        e.guard(cond, hi - lo <= rule.value)
+
+
+def _solve(e: _Enc) -> Outcome:
+    assumptions = list(e.lits.lits.values())
+    res = e.s.check(*assumptions)
+    if res == z3.unsat:
+        back = {str(v): k for k, v in e.lits.lits.items()}
+        return ("unsat", {back[str(x)] for x in e.s.unsat_core()})
+    if res != z3.sat:
+        return ("unknown", str(e.s.reason_unknown()) or "solver gave up")
+    model = e.s.model()
+    targets: dict[int, list[tuple[list[int], int]]] = {}
+    for ci, idxs in enumerate(e.cls):
+        per_bin = [model.eval(v, model_completion=True).as_long() for v in e.x[ci]]
+        pool = [(b, k) for b, k in enumerate(per_bin) if k > 0]
+        for i in idxs:  # hand the class's copies out to its items, bin by bin
+            need = e.p.items[i].mult
+            jobs: list[tuple[list[int], int]] = []
+            while need and pool:
+                b, k = pool[0]
+                take = min(k, need)
+                jobs.append((e.bins[b].nodes, take))
+                need -= take
+                pool[0] = (b, k - take)
+                if pool[0][1] == 0:
+                    pool.pop(0)
+            targets[i] = jobs
+    return ("sat", targets)
+
+
+def _encode(
+    p: Problem, deadline: float, memory_mb: int | None, bins: list[_Bin], exact: bool
+) -> Outcome:
+    ctx = z3.Context()
+    e = _Enc(
+        p, _solver(ctx, deadline, memory_mb), _Lits(ctx), list(classes(p).values()), bins, exact
+    )
+    _rows(e)
+    for b in range(len(bins)):
+        _capacity(e, b)
+        if time.monotonic() > deadline:
+            return ("unknown", "timeout while building the model")
+    for rule in p.rules:
+        _rule(e, rule)
+    return _solve(e)
 
 
 def relaxed(p: Problem, deadline: float, memory_mb: int | None = None) -> Outcome:
     """The per-type aggregated encoding (a relaxation: UNSAT is a proof)."""
-    ctx = z3.Context()
-    lits = _Lits(ctx)
-    s = _solver(ctx, deadline, memory_mb)
-    cls = list(classes(p).values())
-    nt_count = len(p.types)
-    x: list[list[z3.ArithRef]] = []
-    for ci, idxs in enumerate(cls):
-        it = p.items[idxs[0]]
-        row = _class_row(p, s, lits, idxs, [f"x{ci}_{t}" for t in range(nt_count)])
-        x.append(row)
-        for t in range(nt_count):
-            nodes = p.types[t].nodes
-            if it.allowed is not None and not any(n in it.allowed for n in nodes):
-                _guard(s, lits.all(sorted(it.allowed_stmts)), row[t] == 0)
-            short = _item_fits_type_alone(p, it, t)
-            if short:
-                _guard(s, lits.any([p.types[t].capsrc[r] for r in short]), row[t] == 0)
-            for lid, cnt in it.tags.items():
-                lim, sid = p.limits[lid]
-                if cnt > lim:
-                    _guard(s, lits(sid), row[t] == 0)
-        if time.monotonic() > deadline:
-            return ("unknown", "timeout while building the model")
-    for t, nt in enumerate(p.types):
-        m = len(nt.nodes)
-        for g, gsid in p.groups.items():
-            for r in range(len(p.resources)):
-                raw = [(p.items[idxs[0]].loads.get(g), ci) for ci, idxs in enumerate(cls)]
-                terms = [(load[r], ci) for load, ci in raw if load is not None and load[r]]
-                kcap = nt.cap[r]
-                if not terms or kcap is None:
-                    continue
-                cond = lits.all([nt.capsrc[r], gsid])
-                lhs = z3.Sum([q * x[ci][t] for q, ci in terms])
-                if r in p.created:
-                    extra = [
-                        max(0, p.items[idxs[0]].creates[r] - nt.held[r]) * x[ci][t]
-                        for ci, idxs in enumerate(cls)
-                        if r in p.items[idxs[0]].creates
-                    ]
-                    _guard(s, cond, lhs <= m * kcap + z3.Sum(extra) if extra else lhs <= m * kcap)
-                    continue
-                _guard(s, cond, lhs <= m * kcap)
-                for q in sorted({q for q, _ in terms}, reverse=True)[:6]:
-                    # Per node: sum floor(q_c / q) * n_c <= floor(cap / q). Valid, and it
-                    # catches fragmentation that the summed capacity misses.
-                    cut = [(qq // q, ci) for qq, ci in terms if qq // q]
-                    _guard(s, cond, z3.Sum([a * x[ci][t] for a, ci in cut]) <= m * (kcap // q))
-        for lid, (lim, sid) in p.limits.items():
-            terms2 = [
-                (p.items[idxs[0]].tags[lid], ci)
-                for ci, idxs in enumerate(cls)
-                if lid in p.items[idxs[0]].tags
-            ]
-            if terms2:
-                _guard(s, lits(sid), z3.Sum([a * x[ci][t] for a, ci in terms2]) <= lim * m)
-        if time.monotonic() > deadline:
-            return ("unknown", "timeout while building the model")
-    res = _run(s, lits)
-    if res == "unsat":
-        return ("unsat", _core(s, lits))
-    if res != "sat":
-        return ("unknown", res.split(":", 1)[1] or "solver gave up")
-    model = s.model()
-    counts: dict[int, list[tuple[list[int], int]]] = {}
-    for ci, idxs in enumerate(cls):
-        per_type = [model.eval(x[ci][t], model_completion=True).as_long() for t in range(nt_count)]
-        # Hand the class's copies out to its items, type by type.
-        pool = [(t, k) for t, k in enumerate(per_type) if k > 0]
-        for i in idxs:
-            need = p.items[i].mult
-            jobs: list[tuple[list[int], int]] = []
-            while need and pool:
-                t, k = pool[0]
-                take = min(k, need)
-                jobs.append((p.types[t].nodes, take))
-                need -= take
-                pool[0] = (t, k - take)
-                if pool[0][1] == 0:
-                    pool.pop(0)
-            counts[i] = jobs
-    return ("sat", counts)
+    bins = [_Bin(list(nt.nodes), t) for t, nt in enumerate(p.types)]
+    return _encode(p, deadline, memory_mb, bins, exact=False)
 
 
 def exact(p: Problem, deadline: float, memory_mb: int | None = None) -> Outcome:
     """Per-node counts (exact); only for problems under `EXACT_LIMIT`."""
-    cls = list(classes(p).values())
+    n_cls = len(classes(p))
     nn = len(p.node_ids)
-    if len(cls) * nn > EXACT_LIMIT:
-        return ("unknown", f"too large for the exact encoding ({len(cls)} classes x {nn} nodes)")
-    ctx = z3.Context()
-    lits = _Lits(ctx)
-    s = _solver(ctx, deadline, memory_mb)
-    nres = len(p.resources)
-    y: list[list[z3.ArithRef]] = []
-    for ci, idxs in enumerate(cls):
-        it = p.items[idxs[0]]
-        row = _class_row(p, s, lits, idxs, [f"y{ci}_{n}" for n in range(nn)])
-        y.append(row)
-        for n in range(nn):
-            if it.allowed is not None and n not in it.allowed:
-                _guard(s, lits.all(sorted(it.allowed_stmts)), row[n] == 0)
-            for lid, cnt in it.tags.items():
-                lim, sid = p.limits[lid]
-                if cnt > lim:
-                    _guard(s, lits(sid), row[n] == 0)
-    creators = [
-        (ci, p.items[idxs[0]].creates) for ci, idxs in enumerate(cls) if p.items[idxs[0]].creates
-    ]
-
-    def cap_expr(n: int, r: int) -> Any:
-        base = p.cap[n][r]
-        if r not in p.created:
-            return None if base is None else z3.IntVal(base, ctx)
-        mine = sorted(((c[r], ci) for ci, c in creators if r in c))
-        expr: Any = z3.IntVal(base, ctx) if base is not None else None
-        for c, ci in mine:
-            val = z3.IntVal(max(0, c - p.held[n][r]), ctx)
-            if expr is None:
-                expr = z3.If(y[ci][n] >= 1, val, z3.IntVal(10**18, ctx))
-            else:
-                expr = z3.If(y[ci][n] >= 1, val, expr)
-        return expr
-
-    for n in range(nn):
-        caps = [cap_expr(n, r) for r in range(nres)]
-        for g, gsid in p.groups.items():
-            for r in range(nres):
-                raw = [(p.items[idxs[0]].loads.get(g), ci) for ci, idxs in enumerate(cls)]
-                terms = [(load[r], ci) for load, ci in raw if load is not None and load[r]]
-                if not terms or caps[r] is None:
-                    continue
-                cond = lits.all([p.cap_stmt(n, r), gsid])
-                _guard(s, cond, z3.Sum([q * y[ci][n] for q, ci in terms]) <= caps[r])
-        for ci, idxs in enumerate(cls):
-            it = p.items[idxs[0]]
-            for r in range(nres):
-                if it.single[r] and caps[r] is not None:
-                    _guard(
-                        s,
-                        lits(p.cap_stmt(n, r)),
-                        z3.Implies(y[ci][n] >= 1, caps[r] >= it.single[r]),
-                    )
-        for lid, (lim, sid) in p.limits.items():
-            terms2 = [
-                (p.items[idxs[0]].tags[lid], ci)
-                for ci, idxs in enumerate(cls)
-                if lid in p.items[idxs[0]].tags
-            ]
-            if terms2:
-                _guard(s, lits(sid), z3.Sum([a * y[ci][n] for a, ci in terms2]) <= lim)
-        if time.monotonic() > deadline:
-            return ("unknown", "timeout while building the model")
-    res = _run(s, lits)
-    if res == "unsat":
-        return ("unsat", _core(s, lits))
-    if res != "sat":
-        return ("unknown", res.split(":", 1)[1] or "solver gave up")
-    model = s.model()
-    counts: dict[int, list[tuple[list[int], int]]] = {}
-    for ci, idxs in enumerate(cls):
-        spots: list[int] = []
-        for n in range(nn):
-            spots.extend([n] * model.eval(y[ci][n], model_completion=True).as_long())
-        pos = 0
-        for i in idxs:
-            m = p.items[i].mult
-            counts[i] = [([n], 1) for n in spots[pos : pos + m]]
-            pos += m
-    return ("sat", counts)
+    if n_cls * nn > EXACT_LIMIT:
+        return ("unknown", f"too large for the exact encoding ({n_cls} classes x {nn} nodes)")
+    bins = [_Bin([n], p.node_type[n]) for n in range(nn)]
+    return _encode(p, deadline, memory_mb, bins, exact=True)

@@ -1,41 +1,271 @@
-"""`verify`: the public entry point."""
+"""`verify` and `Verifier`: the public entry points, in stages with one deadline.
+
+Stages: the verdict (feasible with a checked witness / infeasible with a cause / unknown with
+what was proven), then the explanation (minimised until the deadline), then the intent proofs
+(one at a time, each with its share of what is left). `verify` runs them all; the CLI prints
+each stage as it completes.
+"""
 
 from __future__ import annotations
 
 import time
-from collections import defaultdict
+from collections.abc import Iterator
 from typing import Any
 
 from escher.core.cluster import ClusterState
 from escher.core.errors import ValidationError, VerificationError
-from escher.core.plan import Gang, Plan
-from escher.verify._check import check_placement, intent_violation
-from escher.verify._engine import Decision, decide, intent_scenarios, minimise
-from escher.verify._model import Problem
+from escher.core.plan import Plan
+from escher.verify._engine import Decision, decide
+from escher.verify._intents import IntentProver, preference_met
+from escher.verify._minimise import minimise
+from escher.verify._model import Mods, Problem
 from escher.verify._result import (
     Explanation,
     IntentResult,
-    IntentStatus,
     Verdict,
     VerificationResult,
 )
+from escher.verify._witness import to_witness, witness_problems
 
-#: Default solver budget in seconds for one `verify` call.
+#: Default time budget in seconds for one `verify` call.
 DEFAULT_TIMEOUT = 60.0
 
+#: Share of the time left after the verdict that explanation shrinking may use when intent
+#: proofs follow (they get the rest).
+EXPLAIN_SHARE = 0.5
 
-def _to_witness(p: Problem, placement: list[list[int]]) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = defaultdict(list)
-    for it, spots in zip(p.items, placement, strict=True):
-        for n in spots:
-            for task, reps in it.members:
-                out[task].extend([p.node_ids[n]] * reps)
-    return {k: sorted(v) for k, v in sorted(out.items())}
+#: Share of the time left after the verdict for meeting more preferences (at most 2 s).
+PREFER_SHARE = 0.1
+
+
+def _check_arguments(plan: Any, state: Any, timeout: Any, memory_limit_mb: Any) -> None:
+    if not isinstance(plan, Plan):
+        raise ValidationError(f"verify() needs a Plan, got {type(plan).__name__}.")
+    plan.check()
+    if not isinstance(state, ClusterState):
+        raise ValidationError(
+            f"state must be a ClusterState (e.g. escher.get_cluster_state()), "
+            f"got {type(state).__name__}."
+        )
+    bad_timeout = isinstance(timeout, bool) or not isinstance(timeout, int | float)
+    if bad_timeout or not 0 < timeout < float("inf"):
+        raise ValidationError(f"timeout must be a positive number of seconds, got {timeout!r}.")
+    if memory_limit_mb is not None and (
+        isinstance(memory_limit_mb, bool)
+        or not isinstance(memory_limit_mb, int)
+        or memory_limit_mb < 1
+    ):
+        raise ValidationError(
+            f"memory_limit_mb must be a positive int or None, got {memory_limit_mb!r}."
+        )
+
+
+class Verifier:
+    """One verification in stages: `verdict`, `explain`, `intents`, then `result`.
+
+    Every stage stops at `deadline` (a `time.monotonic()` value) with what it proved.
+
+    Raises:
+        ValidationError: a bad plan, state or option (from the constructor).
+    """
+
+    def __init__(
+        self,
+        plan: Plan,
+        state: ClusterState,
+        *,
+        deadline: float,
+        memory_limit_mb: int | None = None,
+    ) -> None:
+        _check_arguments(plan, state, max(deadline - time.monotonic(), 1e-9), memory_limit_mb)
+        self.plan = plan
+        self.state = state
+        self.deadline = deadline
+        self.memory_mb = memory_limit_mb
+        self._decision: Decision | None = None
+        self._result: VerificationResult | None = None
+        self._intents: list[IntentResult] = []
+        self._explained = False
+        self._times: dict[str, float] = {}
+
+    def verdict(self) -> VerificationResult:
+        """Decide feasibility; an infeasible verdict comes with its cause, not yet minimised."""
+        if self._result is not None:
+            return self._result
+        t0 = time.perf_counter()
+        d = decide(self.plan, self.state, deadline=self.deadline, memory_mb=self.memory_mb)
+        witness = None
+        if d.status == "feasible":
+            assert d.placement is not None
+            witness = to_witness(d.problem, d.placement)
+            problems = witness_problems(self.plan, self.state, witness)
+            if problems:  # pragma: no cover - an encoder bug; never report an unchecked witness
+                d = Decision("unknown", d.problem, reason="witness rejected: " + problems[0])
+                witness = None
+        self._decision = d
+        self._times.update(d.times)
+        self._times["verdict"] = time.perf_counter() - t0
+        prefs: tuple[str, ...] = ()
+        if witness is not None:
+            t1 = time.perf_counter()
+            witness, prefs = self._prefer(witness)
+            self._times["preferences"] = time.perf_counter() - t1
+        status = {"feasible": Verdict.FEASIBLE, "infeasible": Verdict.INFEASIBLE}.get(
+            d.status, Verdict.UNKNOWN
+        )
+        explanation = None
+        if status is Verdict.INFEASIBLE:
+            explanation = self._explanation(d.core, False, "not minimised yet")
+        self._result = VerificationResult(
+            status=status,
+            witness=witness,
+            explanation=explanation,
+            proven=tuple(_proven(d)),
+            warnings=tuple(d.problem.warnings),
+            stats=self._stats(d.problem, d.method),
+            cause=d.cause,
+            preferences=prefs,
+        )
+        return self._result
+
+    def _prefer(
+        self, witness: dict[str, list[str]]
+    ) -> tuple[dict[str, list[str]], tuple[str, ...]]:
+        """Meet as many preferences (by weight) as is cheap; report which the witness meets."""
+        prefs = sorted(
+            (i for i, x in enumerate(self.plan.intents) if x.preferred),
+            key=lambda i: -self.plan.intents[i].weight,
+        )
+        if not prefs:
+            return witness, ()
+        met = {
+            i for i in prefs if preference_met(self.plan.intents[i], witness, self.state, self.plan)
+        }
+        left = max(0.0, self.deadline - time.monotonic())
+        until = time.monotonic() + min(2.0, left * PREFER_SHARE)
+        for i in prefs:
+            if i in met or time.monotonic() >= until:
+                continue
+            want = frozenset(met | {i})
+            d = decide(
+                self.plan,
+                self.state,
+                deadline=until,
+                mods=Mods(require=want),
+                memory_mb=self.memory_mb,
+            )
+            if d.status == "feasible" and d.placement is not None:
+                better = to_witness(d.problem, d.placement)
+                if not witness_problems(self.plan, self.state, better):
+                    witness = better
+                    met = {
+                        j
+                        for j in prefs
+                        if preference_met(self.plan.intents[j], witness, self.state, self.plan)
+                    }
+        lines = tuple(
+            f"{self.plan.intents[i].describe()}: {'met' if i in met else 'not met'} by the witness"
+            for i in prefs
+        )
+        return witness, lines
+
+    def _explanation(self, core: frozenset[str], minimal: bool, note: str) -> Explanation:
+        assert self._decision is not None
+        statements = self._decision.problem.statements
+        stmts = tuple(
+            sorted((statements[s] for s in core), key=lambda s: (s.kind != "task", s.kind, s.id))
+        )
+        text = f"found by: {self._decision.method}"
+        if note:
+            text += f" ({note})"
+        return Explanation(stmts, minimal, text)
+
+    def explain(self, share: float = 1.0) -> VerificationResult:
+        """Shrink an infeasible verdict's statements to a minimal set, within `share` of the
+        time left. Stops at that limit saying the set is not proven minimal."""
+        result = self.verdict()
+        if self._explained or result.status is not Verdict.INFEASIBLE:
+            self._explained = True
+            return result
+        self._explained = True
+        assert self._decision is not None
+        t0 = time.perf_counter()
+        left = max(0.0, self.deadline - time.monotonic())
+        until = time.monotonic() + left * share
+        core, minimal = minimise(
+            self.plan, self.state, self._decision.core, deadline=until, memory_mb=self.memory_mb
+        )
+        self._times["explain"] = time.perf_counter() - t0
+        note = "" if minimal else "minimality not established within the time limit"
+        self._result = _replace(
+            result,
+            explanation=self._explanation(core, minimal, note),
+            stats=self._stats(self._decision.problem, self._decision.method),
+        )
+        return self._result
+
+    def intents(self) -> Iterator[IntentResult]:
+        """Prove the declared intents one by one (each gets its share of the time left)."""
+        self.verdict()
+        prover = IntentProver(self.plan, self.state, memory_mb=self.memory_mb)
+        pending = [i for i, x in enumerate(self.plan.intents) if not x.preferred]
+        t0 = time.perf_counter()
+        while pending:
+            index = pending.pop(0)
+            left = max(0.0, self.deadline - time.monotonic())
+            until = time.monotonic() + left / (len(pending) + 1)
+            r = prover.prove(index, deadline=until)
+            self._intents.append(r)
+            yield r
+        self._times["intents"] = time.perf_counter() - t0
+
+    def result(self) -> VerificationResult:
+        """Everything established so far, as one `VerificationResult`."""
+        result = self.verdict()
+        assert self._decision is not None
+        return _replace(
+            result,
+            intents=tuple(self._intents),
+            stats=self._stats(self._decision.problem, self._decision.method),
+        )
+
+    def _stats(self, p: Problem, method: str) -> dict[str, Any]:
+        times = dict(self._times)
+        times["total"] = sum(times.get(k, 0.0) for k in ("verdict", "explain", "intents"))
+        return {
+            "method": method,
+            "nodes": len(p.node_ids),
+            "node_types": len(p.types),
+            "replicas": sum(t.count for t in self.plan.tasks),
+            "items": len(p.items),
+            "seconds": {k: round(v, 4) for k, v in times.items()},
+        }
+
+
+def _replace(result: VerificationResult, **changes: Any) -> VerificationResult:
+    from dataclasses import replace
+
+    return replace(result, **changes)
+
+
+def _proven(d: Decision) -> list[str]:
+    if d.status == "infeasible":
+        return ["no placement satisfies all the statements listed in the explanation"]
+    if d.status == "feasible":
+        return []
+    out = list(d.proven) or [
+        "no exact pre-check (co-location vs separation, per-resource totals, largest free "
+        "slot, packing bounds) found a conflict"
+    ]
+    if d.reason:
+        out.append(f"stopped: {d.reason}")
+    out.append(d.decide_by or "more time (--timeout) would let the exact search finish")
+    return out
 
 
 def verify(
     plan: Plan,
-    state: ClusterState | None = None,
+    state: ClusterState,
     *,
     timeout: float = DEFAULT_TIMEOUT,
     memory_limit_mb: int | None = None,
@@ -46,13 +276,13 @@ def verify(
 
     Args:
         plan: The tasks, planned resources and intents.
-        state: A cluster snapshot; None takes `escher.get_cluster_state()` of the active
-            backend. Tasks use what nodes have *available* now.
-        timeout: Seconds for the whole call (model building, search, every Z3 call).
-            On the limit the verdict is UNKNOWN with what was proven so far.
+        state: A cluster snapshot (e.g. ``escher.get_cluster_state()``, or
+            `ClusterState.load` of a cluster file). Tasks use what nodes have *available* now.
+        timeout: Seconds for the whole call (verdict, explanation, intent proofs). On the
+            limit the verdict is UNKNOWN with what was proven so far, an explanation is
+            marked not minimal, and unfinished intents are UNKNOWN.
         memory_limit_mb: Z3's memory limit (global to the process's Z3), None for Z3's own.
-        check_intents: Also ask, for each declared intent, for a resource-feasible placement
-            that violates it.
+        check_intents: Also prove each declared intent (after the verdict).
         refuse: Raise `VerificationError` unless the plan is proven feasible.
 
     Returns:
@@ -63,169 +293,26 @@ def verify(
         VerificationError: `refuse=True` and the verdict is not FEASIBLE (its `result`
             attribute holds the `VerificationResult`).
     """
-    if not isinstance(plan, Plan):
-        raise ValidationError(f"verify() needs a Plan, got {type(plan).__name__}.")
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
-        raise ValidationError(f"timeout must be a positive number of seconds, got {timeout!r}.")
-    if memory_limit_mb is not None and (
-        isinstance(memory_limit_mb, bool)
-        or not isinstance(memory_limit_mb, int)
-        or memory_limit_mb < 1
-    ):
-        raise ValidationError(
-            f"memory_limit_mb must be a positive int or None, got {memory_limit_mb!r}."
-        )
-    if state is None:
-        from escher._api import get_cluster_state
-
-        state = get_cluster_state()
-    if not isinstance(state, ClusterState):
-        raise ValidationError(f"state must be a ClusterState, got {type(state).__name__}.")
-
-    start = time.monotonic()
-    deadline = start + float(timeout)
-    result = _verify(plan, state, deadline, memory_limit_mb, check_intents)
+    _check_arguments(plan, state, timeout, memory_limit_mb)
+    run = Verifier(
+        plan, state, deadline=time.monotonic() + float(timeout), memory_limit_mb=memory_limit_mb
+    )
+    run.verdict()
+    run.explain(EXPLAIN_SHARE if check_intents and plan.intents else 1.0)
+    if check_intents:
+        for _ in run.intents():
+            pass
+    result = run.result()
     if refuse and not result.feasible:
         msg = f"refusing to launch: the plan is {result.status.value}."
+        if result.cause:
+            msg += f"\ncause: {result.cause}"
         if result.explanation is not None:
             msg += "\n" + result.explanation.render()
         raise VerificationError(msg, result)
     return result
 
 
-def ensure_feasible(
-    plan: Plan, state: ClusterState | None = None, **options: Any
-) -> VerificationResult:
+def ensure_feasible(plan: Plan, state: ClusterState, **options: Any) -> VerificationResult:
     """`verify(..., refuse=True)`: the result if proven feasible, else `VerificationError`."""
     return verify(plan, state, refuse=True, **options)
-
-
-def _verify(
-    plan: Plan,
-    state: ClusterState,
-    deadline: float,
-    memory_mb: int | None,
-    check_intents: bool,
-) -> VerificationResult:
-    t0 = time.perf_counter()
-    d = decide(plan, state, deadline=deadline, memory_mb=memory_mb)
-    p = d.problem
-    stats: dict[str, Any] = {
-        "method": d.method,
-        "nodes": len(p.node_ids),
-        "node_types": len(p.types),
-        "replicas": sum(t.count for t in plan.tasks),
-        "items": len(p.items),
-        "seconds": {k: round(v, 4) for k, v in d.times.items()},
-    }
-    proven: list[str] = []
-    witness = None
-    explanation = None
-    if d.status == "feasible":
-        assert d.placement is not None
-        witness = _to_witness(p, d.placement)
-        problems = check_placement(plan, state, witness)
-        if problems:  # pragma: no cover - an encoder bug; never report an unchecked witness
-            d = Decision("unknown", p, reason="witness rejected: " + "; ".join(problems[:3]))
-            witness = None
-        else:
-            status = Verdict.FEASIBLE
-    if d.status == "infeasible":
-        status = Verdict.INFEASIBLE
-        t1 = time.perf_counter()
-        core, minimal = minimise(plan, state, d.core, deadline=deadline, memory_mb=memory_mb)
-        stats["seconds"]["minimise"] = round(time.perf_counter() - t1, 4)
-        stmts = tuple(
-            sorted((p.statements[s] for s in core), key=lambda s: (s.kind != "task", s.kind, s.id))
-        )
-        note = f"found by: {d.method}"
-        if not minimal:
-            note += " (minimality not established within the limits)"
-        explanation = Explanation(stmts, minimal, note)
-        proven.append("no placement satisfies all the statements listed in the explanation")
-    if d.status == "unknown":
-        status = Verdict.UNKNOWN
-        proven.append(
-            "no exact pre-check (colocation vs separation, per-resource totals, "
-            "largest free slot) found a conflict"
-        )
-        if d.reason:
-            proven.append(f"stopped: {d.reason}")
-
-    intents: list[IntentResult] = []
-    if check_intents:
-        for i in range(len(plan.intents)):
-            intents.append(_check_intent(plan, state, i, deadline, memory_mb))
-    stats["seconds"]["total"] = round(time.perf_counter() - t0, 4)
-    return VerificationResult(
-        status=status,
-        witness=witness,
-        explanation=explanation,
-        intents=tuple(intents),
-        proven=tuple(proven),
-        warnings=tuple(p.warnings),
-        stats=stats,
-    )
-
-
-def _check_intent(
-    plan: Plan, state: ClusterState, index: int, deadline: float, memory_mb: int | None
-) -> IntentResult:
-    intent = plan.intents[index]
-    node_ids = sorted(n for n, node in state.nodes.items() if node.alive)
-    # Placements the resources allow (gangs stay: they are about fitting together).
-    base = decide(
-        plan, state, deadline=deadline, memory_mb=memory_mb, active=_without_intents(plan, state)
-    )
-    if base.status == "infeasible":
-        return IntentResult(
-            intent,
-            IntentStatus.VACUOUS,
-            detail="the resources allow no placement of the plan at all",
-        )
-    if isinstance(intent, Gang):
-        if base.status == "feasible":
-            return IntentResult(
-                intent,
-                IntentStatus.PROVEN,
-                detail=(
-                    "the gang's members fit on the cluster together; all-or-nothing launch is "
-                    "the backend's atomic gang launch"
-                ),
-            )
-        return IntentResult(intent, IntentStatus.UNKNOWN, detail=base.reason)
-    try:
-        scenarios = intent_scenarios(plan, intent, node_ids)
-        if scenarios is None:
-            return IntentResult(intent, IntentStatus.UNKNOWN, detail="no checker for this kind")
-        unknown = ""
-        for mods in scenarios:
-            if time.monotonic() > deadline:
-                return IntentResult(intent, IntentStatus.UNKNOWN, detail="time limit reached")
-            d = decide(plan, state, deadline=deadline, mods=mods, memory_mb=memory_mb)
-            if d.status == "feasible":
-                assert d.placement is not None
-                cex = _to_witness(d.problem, d.placement)
-                bad = check_placement(plan, state, cex, intents=False)
-                why = intent_violation(intent, cex, state)
-                if not bad and why:
-                    return IntentResult(intent, IntentStatus.VIOLATED, cex, why)
-                unknown = "internal: a counterexample did not check"
-            elif d.status == "unknown":
-                unknown = d.reason or "limit reached"
-    except OverflowError:
-        return IntentResult(intent, IntentStatus.UNKNOWN, detail="too many cases to enumerate")
-    if unknown:
-        return IntentResult(intent, IntentStatus.UNKNOWN, detail=unknown)
-    return IntentResult(
-        intent, IntentStatus.PROVEN, detail="no placement the resources allow violates it"
-    )
-
-
-def _without_intents(plan: Plan, state: ClusterState) -> frozenset[str]:
-    from escher.verify._model import build
-
-    ids = build(plan, state).statements
-    return frozenset(
-        s for s in ids if not s.startswith("intent:") or isinstance(plan.intents[int(s[7:])], Gang)
-    )

@@ -23,13 +23,13 @@ from escher.esl import (
     TaskQueue,
     WeightedFairQueue,
 )
-from escher.verify import IntentStatus, Verdict
+from escher.verify import IntentStatus, Verdict, verify
 
 CPU1 = {"CPU": 1}
 
 
 def proven(plan: Plan, backend: MemoryBackend) -> None:
-    result = plan.verify(backend.get_cluster_state(), timeout=60)
+    result = verify(plan, backend.get_cluster_state(), timeout=60)
     assert result.status is Verdict.FEASIBLE, result
     assert result.intents, "the policy declared no intent"
     for intent in result.intents:
@@ -150,7 +150,7 @@ def test_a_claim_the_policy_does_not_make_is_refuted(cluster: MemoryBackend) -> 
     with LoadBalance(per_node=2) as lb:
         plan = lb.declare(None, "w", count=4, resources=CPU1)
         plan.add_intent(Separated(("w",), source="wrong claim"))
-        result = plan.verify(cluster.get_cluster_state(), timeout=60)
+        result = verify(plan, cluster.get_cluster_state(), timeout=60)
         assert result.status is Verdict.FEASIBLE
         by_source = {i.intent.source: i for i in result.intents}
         assert by_source["wrong claim"].status is IntentStatus.VIOLATED
@@ -162,8 +162,10 @@ def test_an_oversized_group_is_infeasible_in_policy_terms(cluster: MemoryBackend
     with CoLocation() as colo:
         group = colo.group("big", 5, CPU1)  # 5 CPUs on 4-CPU nodes: never placed
         assert group.node is None
-        result = group.declare(None, "big", count=5, resources=CPU1).verify(
-            cluster.get_cluster_state(), timeout=60
+        result = verify(
+            group.declare(None, "big", count=5, resources=CPU1),
+            cluster.get_cluster_state(),
+            timeout=60,
         )
         assert result.status is Verdict.INFEASIBLE
         assert result.explanation is not None

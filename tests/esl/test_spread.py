@@ -13,7 +13,7 @@ import escher
 from escher import ValidationError
 from escher.backends.memory import MemoryBackend
 from escher.esl import AntiAffinity, BinPacking, LoadBalance
-from escher.verify import Verdict
+from escher.verify import Verdict, verify
 
 from .conftest import WAIT, Tracker, ephemeral_labels, wait_until
 
@@ -126,11 +126,11 @@ def test_bin_packing_plan_declares_the_nodes_it_would_add(vbackend: MemoryBacken
     with BinPacking() as pack:
         plan = pack.declare(None, "p", count=6, resources=cpu1)
         assert [r.node_spec.node_id for r in plan.resources] == ["n0", "n1"]
-        result = plan.verify(vbackend.get_cluster_state(), timeout=60)
+        result = verify(plan, vbackend.get_cluster_state(), timeout=60)
         assert result.status is Verdict.FEASIBLE, result
         assert result.witness is not None and set(result.witness["p"]) == {"n0", "n1"}
         over = pack.declare(None, "q", count=17, resources=cpu1)  # 16 CPUs in the cluster
-        assert over.verify(vbackend.get_cluster_state(), timeout=60).status is Verdict.INFEASIBLE
+        assert verify(over, vbackend.get_cluster_state(), timeout=60).status is Verdict.INFEASIBLE
         # what launching really does matches the plan
         refs = [pack.launch(escher.node_id, resources=cpu1, duration=1.0) for _ in range(6)]
         assert pack.pack_nodes == ["n0", "n1"]
@@ -138,7 +138,7 @@ def test_bin_packing_plan_declares_the_nodes_it_would_add(vbackend: MemoryBacken
         # later plans start from the current set (idle again now) and add what they need
         more = pack.declare(None, "r", count=7, resources={"CPU": 2})
         assert [r.node_spec.node_id for r in more.resources] == ["n0", "n1", "n2", "n3"]
-        assert more.verify(vbackend.get_cluster_state(), timeout=60).feasible
+        assert verify(more, vbackend.get_cluster_state(), timeout=60).feasible
 
 
 def test_bin_packing_concurrent_launches_stay_on_pack_nodes(backend: MemoryBackend) -> None:

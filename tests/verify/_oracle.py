@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from escher.core.cluster import ClusterState, Node
 from escher.core.plan import Intent, Plan
 from escher.core.resources import MAX_CAPACITY, Resources
-from escher.verify import check_placement, intent_violation
+from escher.verify import check_placement, intent_subplan, intent_violation
 
 
 def placements(plan: Plan, state: ClusterState) -> Iterator[dict[str, list[str]]]:
@@ -24,13 +24,16 @@ def feasible(plan: Plan, state: ClusterState) -> bool:
 
 
 def intent_outcome(plan: Plan, state: ClusterState, intent: Intent) -> str:
-    """'vacuous' | 'violated' | 'proven' by enumeration (resources only, gangs kept)."""
+    """'vacuous' | 'violated' | 'proven' by enumeration: over every placement of the intent's
+    policy structure (`intent_subplan`: its tasks, their label creators, their planned
+    resources, gangs among them) that the resources allow."""
+    sub = intent_subplan(plan, intent)
     any_ok = False
-    for p in placements(plan, state):
-        if check_placement(plan, state, p, intents=False):
+    for p in placements(sub, state):
+        if check_placement(sub, state, p, intents=False):
             continue
         any_ok = True
-        if intent_violation(intent, p, state):
+        if intent_violation(intent, p, state, plan.topologies):
             return "violated"
     return "proven" if any_ok else "vacuous"
 

@@ -45,7 +45,7 @@ def test_esl_intents_are_proven_on_a_sample_cluster(memory: object, make: object
     policy = make()  # type: ignore[operator]
     plan = policy.declare(name="w", count=4, resources={"CPU": 1})
     assert plan.intents, "the ESL declares its intent"
-    result = plan.verify()  # state from the active backend
+    result = verify(plan, escher.get_cluster_state())  # the active backend's nodes
     assert result.status is Verdict.FEASIBLE, result.render()
     for r in result.intents:
         assert r.status is IntentStatus.PROVEN, r
@@ -53,7 +53,7 @@ def test_esl_intents_are_proven_on_a_sample_cluster(memory: object, make: object
 
 def test_colocation_group_intent_is_proven(memory: object) -> None:
     plan = esl.CoLocation().group("g", 3, {"CPU": 1}).declare(name="w", count=3)
-    result = verify(plan)
+    result = verify(plan, escher.get_cluster_state())
     assert result.status is Verdict.FEASIBLE, result.render()
     assert [r.status for r in result.intents] == [IntentStatus.PROVEN]
     assert len(set(result.witness["w"])) == 1  # type: ignore[index]

@@ -10,11 +10,11 @@ from click.testing import CliRunner
 
 from escher.core.cluster import ClusterState
 from escher.core.errors import PlanFormatError
+from escher.core.formats import schema
 from escher.core.nodespec import NodeSpec
 from escher.core.plan import Colocated, PinnedTo, Plan, Separated, SpreadAtMost
 from escher.verify import Verdict, verify
 from escher.verify._cli import verify as verify_cmd
-from escher.verify._files import schema
 
 CLUSTER = {
     "nodes": [
@@ -66,7 +66,7 @@ def test_plan_round_trips_and_matches_schema(tmp_path: Path) -> None:
         ({"tasks": [{"name": "a", "colour": "red"}]}, "tasks[0]: unknown field(s) ['colour']"),
         (
             {"tasks": [{"name": "a"}], "intents": [{"kind": "near", "tasks": ["a"]}]},
-            "intents[0].kind: unknown 'near'",
+            'intents[0].kind: unknown "near"',
         ),
         (
             {"tasks": [{"name": "a"}], "intents": [{"kind": "colocated", "tasks": ["b"]}]},

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from escher.core.cluster import ClusterState
 from escher.core.plan import Colocated, Gang, PinnedTo, Plan, Separated, SpreadAtMost
-from escher.verify import IntentStatus, Verdict, check_placement, verify
+from escher.verify import IntentStatus, Verdict, check_placement, intent_subplan, verify
 from tests.verify._oracle import cap_statement_nodes, feasible, intent_outcome, sub_instance
 
 NODE_SHAPES = [{"CPU": 2}, {"CPU": 4}, {"CPU": 2, "GPU": 1}, {"CPU": 4, "GPU": 2}, {"CPU": 1}]
@@ -118,7 +118,8 @@ def test_intent_results_agree_with_enumeration(inst: tuple[Plan, ClusterState]) 
         assert r.status.value == expected, (r, result.render())
         if r.status is IntentStatus.VIOLATED:
             assert r.counterexample is not None
-            assert check_placement(plan, state, r.counterexample, intents=False) == []
+            sub = intent_subplan(plan, r.intent)
+            assert check_placement(sub, state, r.counterexample, intents=False) == []
 
 
 @settings(
@@ -130,7 +131,7 @@ def test_z3_encodings_alone_agree_with_enumeration(inst: tuple[Plan, ClusterStat
     import time
 
     from escher.verify._engine import decide
-    from escher.verify._verify import _to_witness
+    from escher.verify._witness import to_witness as _to_witness
 
     plan, state = inst
     d = decide(plan, state, deadline=time.monotonic() + 30, fast=False)

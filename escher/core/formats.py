@@ -1,0 +1,219 @@
+"""The JSON file formats (plans, clusters): schemas, reading, errors that name file and place.
+
+The schemas ship in `escher/core/schemas/` (``plan.schema.json``, ``cluster.schema.json``) and
+every document is validated against them (with `jsonschema`) before it is turned into values;
+the rules a schema cannot say (unique names, available <= total, ...) are checked by the
+classes that read the documents (`Plan.from_dict`, `ClusterState.from_dict`). Every problem
+raises `PlanFormatError` with the source (a file name), the place (``tasks[2].count``) and
+what to do.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections.abc import Iterable
+from importlib import resources as _resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from escher.core.errors import PlanFormatError, ValidationError
+
+__all__ = ["load_json", "parse_json", "place", "schema", "validate_document"]
+
+_KINDS = ("plan", "cluster")
+
+# Fields of an intent object that only some kinds take.
+_INTENT_FIELDS = {
+    "nodes": ("pinned",),
+    "per_node": ("spread",),
+    "max_skew": ("spread_evenly",),
+    "topology_key": ("colocated", "separated", "spread", "spread_evenly"),
+}
+
+
+@functools.cache
+def schema(kind: str) -> dict[str, Any]:
+    """The shipped JSON Schema of a file kind: ``"plan"`` or ``"cluster"``.
+
+    Raises:
+        ValidationError: another kind.
+    """
+    if kind not in _KINDS:
+        raise ValidationError(f"no schema {kind!r}; use 'plan' or 'cluster'.")
+    text = _resources.files("escher.core").joinpath(f"schemas/{kind}.schema.json").read_text()
+    data: dict[str, Any] = json.loads(text)
+    return data
+
+
+@functools.cache
+def _validator(kind: str) -> jsonschema.protocols.Validator:
+    cls = jsonschema.validators.validator_for(schema(kind))
+    validator: jsonschema.protocols.Validator = cls(schema(kind))
+    return validator
+
+
+def place(path: Iterable[str | int]) -> str:
+    """A JSON path as the place in an error message: ``tasks[2].count``."""
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _json(value: Any) -> str:
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+_TYPE_NAMES = {
+    "boolean": "true or false",
+    "integer": "a whole number",
+    "number": "a number",
+    "string": "a string",
+    "object": "an object",
+    "array": "a list",
+    "null": "null",
+}
+
+
+def _type_message(error: Any) -> str:
+    expected = error.validator_value
+    names = [expected] if isinstance(expected, str) else list(expected)
+    wanted = " or ".join(_TYPE_NAMES.get(n, n) for n in names)
+    return f"expected {wanted}, got {_json(error.instance)}."
+
+
+def _extra_message(error: Any) -> str:
+    allowed = sorted(error.schema.get("properties", {}))
+    unknown = sorted(k for k in error.instance if k not in allowed)
+    return f"unknown field(s) {unknown}; allowed: {allowed}."
+
+
+def _not_message(error: Any) -> str:
+    inst = error.instance
+    if isinstance(inst, dict) and "kind" in inst:
+        kind = inst["kind"]
+        bad = sorted(f for f, kinds in _INTENT_FIELDS.items() if f in inst and kind not in kinds)
+        if bad:
+            return f"field(s) {bad} do not go with kind {kind!r}."
+    return f"{_json(inst)} is not allowed here."
+
+
+def _one_of_message(error: Any) -> str:
+    inst = error.instance
+    got = sorted(inst) if isinstance(inst, dict) else _json(inst)
+    return (
+        "give exactly one of 'node', 'available' or 'labels' ('num_nodes' only goes with "
+        f"'available' or 'labels'); got {got}."
+    )
+
+
+def _message(error: Any) -> str:
+    kind = error.validator
+    value = error.validator_value
+    inst = error.instance
+    simple = {
+        "required": lambda: f"missing field {error.message.split(' is a required')[0]}.",
+        "minimum": lambda: f"must be >= {value}, got {_json(inst)}.",
+        "maximum": lambda: f"must be at most {value}, got {_json(inst)}.",
+        "enum": lambda: f"unknown {_json(inst)}; use one of {sorted(map(str, value))}.",
+        "const": lambda: f"unsupported {_json(inst)}; this escher reads {_json(value)}.",
+        "minLength": lambda: f"expected a non-empty string, got {_json(inst)}.",
+        "maxLength": lambda: f"at most {value} characters, got {len(inst)}.",
+        "minItems": lambda: f"needs at least {value} entry, got none.",
+        "minProperties": lambda: f"needs at least {value} entry, got none.",
+        "pattern": lambda: (
+            f"{_json(inst)} is not a valid ephemeral label: use 1-63 letters, digits, '-', '_' "
+            "or '.', starting and ending with a letter or digit."
+        ),
+    }
+    if kind in simple:
+        return simple[kind]()
+    special = {
+        "type": _type_message,
+        "additionalProperties": _extra_message,
+        "not": _not_message,
+        "oneOf": _one_of_message,
+    }
+    if kind in special:
+        return special[kind](error)
+    return f"{error.message}."
+
+
+def _key(error: Any) -> tuple[Any, ...]:
+    # Document order, then the most specific error at a place.
+    path = tuple((0, p) if isinstance(p, int) else (1, str(p)) for p in error.absolute_path)
+    return (path, -len(error.absolute_schema_path))
+
+
+def validate_document(data: Any, kind: str, *, source: str) -> None:
+    """Check `data` against the schema of `kind` (``"plan"`` or ``"cluster"``).
+
+    Raises:
+        PlanFormatError: the first problem in document order, as ``source: place: what``.
+    """
+    errors = list(_validator(kind).iter_errors(data))
+    if not errors:
+        return
+    error = min(errors, key=_key)
+    if error.validator == "propertyNames":  # the message is about the key itself
+        where = place(error.absolute_path)
+        prefix = f"{source}: {where}" if where else source
+        raise PlanFormatError(f"{prefix}: invalid name {_json(error.instance)}.")
+    where = place(error.absolute_path)
+    prefix = f"{source}: {where}" if where else source
+    raise PlanFormatError(f"{prefix}: {_message(error)}")
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number escher accepts (use a finite number)")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"{text} is too large (at most 9007199254740992)")
+    return value
+
+
+def parse_json(text: str, *, source: str) -> Any:
+    """Parse JSON text; errors name `source`, line and column. NaN and Infinity are refused.
+
+    Raises:
+        PlanFormatError: not JSON, nested too deeply, or a number escher cannot use.
+    """
+    try:
+        return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
+    except json.JSONDecodeError as exc:
+        raise PlanFormatError(
+            f"{source}: line {exc.lineno} column {exc.colno}: {exc.msg}."
+        ) from None
+    except RecursionError:
+        raise PlanFormatError(f"{source}: nested too deeply to be a plan or cluster.") from None
+    except ValueError as exc:
+        raise PlanFormatError(f"{source}: {exc}.") from None
+
+
+def load_json(path: str | Path, what: str) -> Any:
+    """Read a JSON file of kind `what` (for messages: ``"plan"``, ``"cluster"``).
+
+    Raises:
+        PlanFormatError: unreadable, not UTF-8, or not JSON, naming the file and the place.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PlanFormatError(f"{path}: cannot read {what} file: {exc.strerror}.") from None
+    except UnicodeDecodeError as exc:
+        raise PlanFormatError(f"{path}: byte {exc.start}: not UTF-8 text.") from None
+    return parse_json(text, source=str(path))

@@ -1,0 +1,245 @@
+"""Exact, cheap infeasibility proofs (no solver), each with its cause in one line.
+
+* co-location vs separation: a co-located component holds more replicas of a separated set
+  than the limit allows on one node;
+* no allowed node: pins and topology keys leave a task no node;
+* largest free slot: a replica (or co-located group) fits no node it may use;
+* per-resource totals: a simultaneous group asks for more of a resource than all nodes have;
+* Martello-Toth L2: for items that can only use nodes with one capacity C of a resource,
+  the L2 lower bound on the number of nodes they need exceeds the nodes there are.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass
+from itertools import accumulate
+
+from escher.verify._model import Item, Problem
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """A proof of infeasibility: how it was found, the statements, the cause in one line."""
+
+    method: str
+    core: frozenset[str]
+    cause: str
+
+
+def _names(p: Problem, it: Item) -> str:
+    tasks = [t for u, _ in it.members for t, _ in p.units.get(u, [(u, 0)])]
+    shown = ", ".join(repr(t) for t in tasks[:3])
+    return shown + (f" and {len(tasks) - 3} more" if len(tasks) > 3 else "")
+
+
+def limit_conflict(p: Problem) -> Conflict | None:
+    """A co-located component over a separation/spread limit, or with no allowed node."""
+    for it in p.items:
+        for lid, cnt in it.tags.items():
+            if lid not in p.limits:
+                continue
+            lim, sid = p.limits[lid]
+            if cnt > lim:
+                text = p.statements[sid].text if sid else "a scenario"
+                return Conflict(
+                    "colocation vs separation",
+                    it.stmts | ({sid} if sid else set()),
+                    f"{_names(p, it)} must share a node, but {text} allows {lim} per node",
+                )
+        if it.allowed is not None and not it.allowed:
+            return Conflict(
+                "no allowed node",
+                it.stmts | it.allowed_stmts,
+                f"{_names(p, it)} has no node it may use (pins and topology keys exclude all)",
+            )
+    return None
+
+
+def _best_made(p: Problem) -> dict[int, int]:
+    best: dict[int, int] = {}
+    for it in p.items:
+        for r, c in it.creates.items():
+            best[r] = max(best.get(r, 0), c)
+    return best
+
+
+def _short(p: Problem, it: Item, t: int, made: dict[int, int]) -> list[int]:
+    nt = p.types[t]
+    out = []
+    for r in range(len(p.resources)):
+        need, cr = it.need(r), nt.cap[r]
+        if not need or cr is None:
+            continue
+        if r in p.created:
+            cr = max(cr, made.get(r, 0) - nt.held[r])
+        if need > cr:
+            out.append(r)
+    return out
+
+
+def slot_conflict(p: Problem) -> Conflict | None:
+    """A copy of an item that fits no node type it may use."""
+    made = _best_made(p)
+    every = range(len(p.types))
+    for it in p.items:
+        tset = every if it.allowed is None else sorted({p.node_type[n] for n in it.allowed})
+        shorts = [_short(p, it, t, made) for t in tset]
+        if any(not s for s in shorts):
+            continue
+        need = [r for r in range(len(p.resources)) if it.need(r)]
+        cap_ids = {p.types[t].capsrc[r] for t in tset for r in need}
+        gangs = {sid for g in it.loads if (sid := p.groups[g]) is not None}
+        return Conflict(
+            "largest free slot",
+            it.stmts | it.allowed_stmts | frozenset(cap_ids) | frozenset(gangs),
+            _slot_cause(p, it, list(tset), shorts),
+        )
+    return None
+
+
+def _slot_cause(p: Problem, it: Item, tset: list[int], shorts: list[list[int]]) -> str:
+    common = set(shorts[0]).intersection(*map(set, shorts))
+    who = _names(p, it)
+    if common:
+        r = min(common)
+        best = max((p.types[t].cap[r] or 0) for t in tset)
+        return (
+            f"no node has {p.quantity(r, it.need(r))} {p.resources[r]} free for {who} "
+            f"(the most any node it may use has is {p.quantity(r, best)})"
+        )
+    need = {
+        p.resources[r]: p.quantity(r, it.need(r)) for r in range(len(p.resources)) if it.need(r)
+    }
+    return f"no node has {need} free at once for {who}"
+
+
+def totals_conflict(p: Problem) -> Conflict | None:
+    """A simultaneous group that asks for more of a resource than every node has in all."""
+    for g, gsid in p.groups.items():
+        for r in range(len(p.resources)):
+            if r in p.created:
+                continue
+            demand = sum(it.loads[g][r] * it.mult for it in p.items if g in it.loads)
+            caps = [c[r] for c in p.cap]
+            if not demand or any(c is None for c in caps):
+                continue
+            have = sum(c for c in caps if c is not None)
+            if demand <= have:
+                continue
+            core = _totals_core(p, g, r, have)
+            core |= {nt.capsrc[r] for nt in p.types}
+            if gsid:
+                core.add(gsid)
+            what = "requested" if gsid is None else f"requested by {p.statements[gsid].text}"
+            return Conflict(
+                "per-resource totals",
+                frozenset(core),
+                f"{p.resources[r]}: {p.quantity(r, demand)} {what}, "
+                f"{p.quantity(r, have)} available on all nodes together",
+            )
+    return None
+
+
+def _totals_core(p: Problem, g: str, r: int, have: int) -> set[str]:
+    """The largest demands until they exceed `have`: dropping any one of them fits the total."""
+    demands = sorted(
+        ((it.loads[g][r] * it.mult, it) for it in p.items if g in it.loads and it.loads[g][r]),
+        key=lambda x: -x[0],
+    )
+    core: set[str] = set()
+    total = 0
+    for d, it in demands:
+        core |= it.stmts
+        total += d
+        if total > have:
+            break
+    return core
+
+
+def l2_bound(sizes: list[int], counts: list[int], cap: int) -> int:
+    """Martello-Toth L2: a lower bound on the bins of capacity `cap` that hold the items.
+
+    `sizes` ascending, each with its count; every size at most `cap`.
+    """
+    n_total = sum(counts)
+    if not n_total:
+        return 0
+    csum = list(accumulate(counts))
+    wsum = list(accumulate(s * c for s, c in zip(sizes, counts, strict=True)))
+
+    def upto(x: float) -> tuple[int, int]:
+        # (count, weight) of items with size <= x
+        i = bisect.bisect_right(sizes, x)
+        return (csum[i - 1], wsum[i - 1]) if i else (0, 0)
+
+    best = math.ceil(wsum[-1] / cap)
+    half = cap / 2
+    for alpha in [0, *(s for s in sizes if s <= half)]:
+        n_le_c_minus_a, w_le_c_minus_a = upto(cap - alpha)
+        n_le_half, w_le_half = upto(half)
+        _, w_lt_a = upto(alpha - 1)
+        j1 = n_total - n_le_c_minus_a
+        j2 = n_le_c_minus_a - n_le_half
+        w2 = w_le_c_minus_a - w_le_half
+        w3 = w_le_half - w_lt_a
+        extra = max(0, math.ceil((w3 - (j2 * cap - w2)) / cap))
+        best = max(best, j1 + j2 + extra)
+    return best
+
+
+def l2_conflict(p: Problem) -> Conflict | None:
+    """Per resource and group: items whose nodes all have one capacity C need more nodes (by
+    L2) than there are."""
+    for g, gsid in p.groups.items():
+        for r in range(len(p.resources)):
+            if r in p.created:
+                continue
+            its = [it for it in p.items if g in it.loads and it.loads[g][r]]
+            nodes = _candidate_nodes(p, its)
+            caps = {p.cap[n][r] for n in nodes}
+            if len(caps) != 1 or None in caps:
+                continue
+            cap = caps.pop()
+            assert cap is not None
+            if not cap or not its:
+                continue
+            sizes: dict[int, int] = {}
+            for it in its:
+                sizes[it.loads[g][r]] = sizes.get(it.loads[g][r], 0) + it.mult
+            ordered = sorted(sizes)
+            if ordered[-1] > cap:
+                continue  # the slot check's case
+            need = l2_bound(ordered, [sizes[s] for s in ordered], cap)
+            if need > len(nodes):
+                core = {s for it in its for s in it.stmts | it.allowed_stmts}
+                core |= {p.cap_stmt(n, r) for n in nodes}
+                if gsid:
+                    core.add(gsid)
+                return Conflict(
+                    "Martello-Toth L2 bound",
+                    frozenset(core),
+                    f"{p.resources[r]}: the tasks need at least {need} nodes with "
+                    f"{p.quantity(r, cap)} each, {len(nodes)} exist",
+                )
+    return None
+
+
+def _candidate_nodes(p: Problem, its: list[Item]) -> set[int]:
+    if any(it.allowed is None for it in its):
+        return set(range(len(p.node_ids)))
+    out: set[int] = set()
+    for it in its:
+        assert it.allowed is not None
+        out |= it.allowed
+    return out
+
+
+def precheck(p: Problem) -> Conflict | None:
+    """The first exact conflict the cheap checks find, or None."""
+    for check in (limit_conflict, slot_conflict, totals_conflict, l2_conflict):
+        found = check(p)
+        if found is not None:
+            return found
+    return None
