@@ -129,9 +129,7 @@ def _add_policies(plan: Plan, n_nodes: int, rng: random.Random) -> None:
     for g in range(max(1, n_nodes // 50)):
         label = f"anti-{g}"
         plan.add_resource(label, 1, {"CPU": 1}, source=f"AntiAffinity('{label}')")
-        plan.add_task(
-            label, {**TINY, label: 1}, count=3, source=f"AntiAffinity('{label}').launch"
-        )
+        plan.add_task(label, {**TINY, label: 1}, count=3, source=f"AntiAffinity('{label}').launch")
         plan.add_intent(Separated((label,), source=f"AntiAffinity('{label}')"))
         grp = f"grp-{g}"
         plan.add_task(f"{grp}-first", TINY, creates={grp: 2}, source=f"CoLocation('{grp}')")
@@ -317,7 +315,9 @@ def _row(
     intents = d.get("intents", [])
     proven = sum(1 for i in intents if i["status"] == "proven")
     bv, bs = base
-    ratio = f"{bs / d['wall']:.1f}x" if bv in ("feasible", "infeasible") else f">{bs / d['wall']:.0f}x"
+    ratio = (
+        f"{bs / d['wall']:.1f}x" if bv in ("feasible", "infeasible") else f">{bs / d['wall']:.0f}x"
+    )
     agree = "yes" if status == expect else "NO"
     replicas = sum(t.count for t in plan.tasks)
     return (

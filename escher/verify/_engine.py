@@ -12,9 +12,9 @@
 from __future__ import annotations
 
 import time
-from functools import partial
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import TypeVar
 
 from escher.core.cluster import ClusterState
@@ -22,11 +22,17 @@ from escher.core.plan import Plan
 from escher.verify import _smt
 from escher.verify._bounds import precheck
 from escher.verify._greedy import STRATEGIES, Timeout, check, greedy
-from escher.verify._model import Mods, Problem, build
+from escher.verify._model import Item, Mods, Problem, build
 from escher.verify._search import applicable, search
 from escher.verify._witness import Placement
 
 _T = TypeVar("_T")
+
+#: Seconds for the first, short try of the packing search.
+QUICK_SEARCH = 1.0
+
+#: Problems with at most this many item copies go to the exact Z3 model right after greedy.
+SMALL = 48
 
 #: Share of the time left that the exact search may use before the Z3 fallbacks run.
 SEARCH_SHARE = 0.8
@@ -118,25 +124,66 @@ def _relaxed_stage(run: _Run) -> Decision | None:
     return run.found(placement, "z3 counts + packing")
 
 
-def _search_stage(run: _Run) -> Decision | None:
-    if not applicable(run.p):
+def _simple(p: Problem, it: Item) -> bool:
+    """An item the packing search handles: creates nothing, needs nothing created, in no
+    domain rule."""
+    return (
+        not it.creates
+        and not any(it.need(r) for r in p.created)
+        and all(t in p.limits for t in it.tags)
+    )
+
+
+def _quick_search_stage(run: _Run) -> Decision | None:
+    """A short first try of the packing search (feasible packings are usually found fast)."""
+    return _search_stage(run, min(QUICK_SEARCH, max(0.0, run.left()) * 0.3))
+
+
+def _search_stage(run: _Run, budget: float | None = None) -> Decision | None:
+    """The exact packing search; with creations or domain rules, it packs the simple items
+    exactly and places the others around them."""
+    p = run.p
+    simple = [i for i, it in enumerate(p.items) if _simple(p, it)]
+    if not simple or not p.types:
         return None
-    until = time.monotonic() + max(0.0, run.left()) * SEARCH_SHARE
-    status, placement = run.timed("search", lambda: search(run.p, until))
-    if status == "feasible":
-        return run.found(placement, "exact packing search")
+    whole = applicable(p)
+    sub = (
+        p
+        if whole
+        else replace(p, items=[p.items[i] for i in simple], rules=[], created=frozenset())
+    )
+    share = max(0.0, run.left()) * SEARCH_SHARE
+    until = time.monotonic() + (share if budget is None else min(budget, share))
+    status, placement = run.timed("search", lambda: search(sub, until))
     if status == "infeasible":
-        core = frozenset(s for it in run.p.items for s in it.stmts | it.allowed_stmts)
-        core |= {sid for nt in run.p.types for sid in nt.capsrc}
-        core |= {sid for sid in run.p.groups.values() if sid}
-        core |= {sid for _, sid in run.p.limits.values() if sid}
         return run.infeasible(
-            frozenset(core),
+            _all_statements(sub),
             "exact packing search",
             "the tasks do not pack into the nodes (every way was tried)",
         )
-    run.notes.append("the exact packing search did not finish")
+    if status != "feasible" or placement is None:
+        if budget is None:
+            run.notes.append("the exact packing search did not finish")
+        return None
+    if whole:
+        return run.found(placement, "exact packing search")
+    fixed: Placement = [[] for _ in p.items]
+    for j, i in enumerate(simple):
+        fixed[i] = placement[j]
+    for strategy in STRATEGIES:
+        got = greedy(p, deadline=run.deadline, strategy=strategy, fixed=fixed)
+        found = run.found(got, "exact packing search + greedy")
+        if found is not None:
+            return found
     return None
+
+
+def _all_statements(p: Problem) -> frozenset[str]:
+    core = {s for it in p.items for s in it.stmts | it.allowed_stmts}
+    core |= {sid for nt in p.types for sid in nt.capsrc}
+    core |= {sid for sid in p.groups.values() if sid}
+    core |= {sid for _, sid in p.limits.values() if sid}
+    return frozenset(core)
 
 
 def _exact_stage(run: _Run) -> Decision | None:
@@ -220,7 +267,9 @@ def decide(
         conflict = run.timed("precheck", lambda: precheck(p))
         if conflict is not None:
             return run.infeasible(conflict.core, conflict.method, conflict.cause)
-    stages = [_greedy_stage, _relaxed_stage, _search_stage, _exact_stage]
+    stages = [_greedy_stage, _quick_search_stage, _relaxed_stage, _search_stage, _exact_stage]
+    if sum(it.mult for it in p.items) <= SMALL:
+        stages = [_greedy_stage, _exact_stage, _relaxed_stage, _search_stage]
     if not fast:
         stages = [_relaxed_stage, _exact_stage]
     try:

@@ -138,8 +138,8 @@ def _order_nodes(p: Problem, it: Item, strategy: str = "align") -> list[int]:
     return out
 
 
-#: Node orders `greedy` can use; `decide` tries them in turn.
-STRATEGIES = ("spread", "align", "big", "plain")
+#: Node and class orders `greedy` can use; `decide` tries them in turn.
+STRATEGIES = ("spread", "align", "big", "plain", "spread-size", "align-size")
 
 
 def _size(p: Problem, it: Item) -> float:
@@ -152,14 +152,15 @@ def _size(p: Problem, it: Item) -> float:
     return best * sum(1 for _ in it.members)
 
 
-def _class_order(p: Problem) -> list[list[int]]:
-    """Classes of identical items, creators first, then constrained ones, largest first."""
+def _class_order(p: Problem, constrained_first: bool = True) -> list[list[int]]:
+    """Classes of identical items: creators first, then (optionally) constrained ones, then
+    largest first."""
     created = p.created
 
     def key(idxs: list[int]) -> tuple[float, ...]:
         it = p.items[idxs[0]]
         requests_created = any(it.need(r) for r in created)
-        constrained = it.allowed is not None or bool(it.tags)
+        constrained = constrained_first and (it.allowed is not None or bool(it.tags))
         return (0 if it.creates else 1, int(requests_created), int(not constrained), -_size(p, it))
 
     return sorted(classes(p).values(), key=key)
@@ -225,8 +226,13 @@ def greedy(
     targets: Mapping[int, Sequence[tuple[Sequence[int], int]]] | None = None,
     deadline: float | None = None,
     strategy: str = "align",
+    fixed: Placement | None = None,
 ) -> Placement | None:
     """First-fit decreasing. `targets`: item -> [(nodes, copies)] to pack into given nodes.
+
+    Strategies: the node orders of `STRATEGIES`; a ``-size`` suffix orders classes by size
+    only (not constrained ones first). `fixed`: a placement of some items (non-empty
+    entries) that is kept as it is; the other items are placed around it.
 
     Returns:
         A placement (not yet checked) or None when the heuristic got stuck.
@@ -234,7 +240,15 @@ def greedy(
     packer = _Packer(p)
     placement: Placement = [[] for _ in p.items]
     offsets: dict[int, int] = {}
-    for idxs in _class_order(p):
+    order_all = not strategy.endswith("-size")
+    strategy = strategy.removesuffix("-size")
+    for i, given in enumerate(fixed or ()):
+        for n in given:
+            packer.place(p.items[i], n, 1)
+        placement[i] = list(given)
+    for idxs in _class_order(p, order_all):
+        if fixed and fixed[idxs[0]]:
+            continue
         spots = _place_class(p, packer, idxs, targets, strategy, deadline, offsets)
         if spots is None:
             return None

@@ -21,15 +21,20 @@ task-created resources or domain rules are left to the other engines.
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from escher.verify._greedy import classes
 from escher.verify._model import Item, Problem
 
 #: Maximal fills tried per (node type, step) before the search stops being exhaustive.
 FILL_LIMIT = 200
+
+#: Restarts (in random order) before the last, exhaustive run.
+RESTARTS = 12
 
 #: Failed states remembered at most.
 MEMO_LIMIT = 2_000_000
@@ -128,6 +133,7 @@ class _Search:
         self.capsum = [self._capsum(d) for d in range(ndim)]
         self.complete = True
         self.steps = 0
+        self.rng: random.Random | None = None
 
     def _capsum(self, d: int) -> int:
         total = 0
@@ -170,95 +176,156 @@ class _Search:
 
         return min(left, key=key)
 
+    def _lower(self, t: int, slack: list[int]) -> list[int]:
+        cap = self.sp.cap[t]
+        return [
+            cap[d] - slack[d] if cap[d] < INF and slack[d] < INF else 0 for d in range(self.ndim)
+        ]
+
     def alternatives(self) -> Iterator[tuple[int, Fill]]:
         sp = self.sp
-        first = self.hardest()
         slack = self.slack()
+        first = self.hardest()
         types = [t for t in range(len(self.unused)) if self.unused[t] and sp.kmax[first][t]]
         types.sort(key=lambda t: sum(min(c, 1 << 40) for c in sp.cap[t]))
+        if self.rng is not None:
+            self.rng.shuffle(types)
         for t in types:
-            lower = [
-                sp.cap[t][d] - slack[d] if sp.cap[t][d] < INF and slack[d] < INF else 0
-                for d in range(self.ndim)
-            ]
-            yield from ((t, f) for f in self.fills(t, first, lower))
+            lower = self._lower(t, slack)
+            if self.rng is None:
+                yield from ((t, f) for f in self.fills(t, first, lower))
+                continue
+            # A restart: the same fills, best-filled first with ties in random order.
+            got = list(self.fills(t, first, lower))
+            waste = {f: self._waste(t, f) for f in got}
+            keys = {f: (round(waste[f], 2), self.rng.random()) for f in got}
+            yield from ((t, f) for f in sorted(got, key=keys.__getitem__))
+
+    def _waste(self, t: int, fill: Fill) -> float:
+        cap = self.sp.cap[t]
+        out = 0.0
+        for d in range(self.ndim):
+            if 0 < cap[d] < INF:
+                used = sum(k * self.sp.vec[c][d] for c, k in fill)
+                out += (cap[d] - used) / cap[d]
+        return out
 
     def fills(self, t: int, first: int, lower: list[int]) -> Iterator[Fill]:
         """Maximal fills of an empty node of type `t` with at least one copy of `first`,
-        loading every dimension d to at least lower[d]; iterative, best-filled first."""
-        sp = self.sp
-        cands = [first] + [c for c in sp.order if c != first and self.rem[c] and sp.ok[c][t]]
-        cap = sp.cap[t]
-        # potential[i][d]: the most classes cands[i:] could add in dimension d.
-        pot = [[0] * self.ndim for _ in range(len(cands) + 1)]
-        for i in range(len(cands) - 1, -1, -1):
-            c = cands[i]
-            k = min(self.rem[c], sp.kmax[c][t])
-            pot[i] = [pot[i + 1][d] + k * sp.vec[c][d] for d in range(self.ndim)]
-        load = [0] * self.ndim
-        chosen: list[int] = [0] * len(cands)
-        produced = 0
-        # Explicit stack of (position, next k to try) instead of recursion.
-        stack: list[list[int]] = [[0, self._room(cands[0], cap, load, t)]]
-        while stack:
-            self._tick()
-            pos, k = stack[-1]
-            if pos == len(cands):
-                stack.pop()
-                if self._maximal(t, cands, chosen, cap, load) and all(
-                    load[d] >= lower[d] for d in range(self.ndim)
-                ):
-                    produced += 1
-                    yield tuple((cands[i], chosen[i]) for i in range(len(cands)) if chosen[i])
-                    if produced >= FILL_LIMIT:
-                        self.complete = False
-                        return
-                continue
-            minimum = 1 if pos == 0 else 0
-            if k < minimum:
-                stack.pop()
-                continue
-            c = cands[pos]
-            # undo the previous k at this position, set the new one
-            self._set(c, chosen, pos, k, load)
-            stack[-1][1] = k - 1
-            if any(load[d] + pot[pos + 1][d] < lower[d] for d in range(self.ndim)):
-                # fewer copies here only load less: this position is done
-                self._set(c, chosen, pos, 0, load)
-                stack.pop()
-                continue
-            nxt = pos + 1
-            room = self._room(cands[nxt], cap, load, t) if nxt < len(cands) else 0
-            stack.append([nxt, room])
-
-    def _set(self, c: int, chosen: list[int], pos: int, k: int, load: list[int]) -> None:
-        delta = k - chosen[pos]
-        if delta:
-            for d, v in enumerate(self.sp.vec[c]):
-                load[d] += delta * v
-            chosen[pos] = k
-
-    def _room(self, c: int, cap: list[int], load: list[int], t: int) -> int:
-        k = min(self.rem[c], self.sp.kmax[c][t])
-        for d, v in enumerate(self.sp.vec[c]):
-            if v and cap[d] < INF:
-                k = min(k, (cap[d] - load[d]) // v)
-        return max(k, 0)
-
-    def _maximal(
-        self, t: int, cands: list[int], chosen: list[int], cap: list[int], load: list[int]
-    ) -> bool:
-        for i, c in enumerate(cands):
-            # one more copy would fit (rem counts copies not yet in this fill)
-            more = self.rem[c] > chosen[i] and chosen[i] < self.sp.kmax[c][t]
-            if more and self._room(c, cap, load, t) > 0:
-                return False
-        return True
+        loading every dimension d to at least lower[d]; best-filled first."""
+        cands = [first] + [
+            c for c in self.sp.order if c != first and self.rem[c] and self.sp.ok[c][t]
+        ]
+        filler = _Filler(self, t, cands, lower)
+        for produced, fill in enumerate(filler.run(), start=1):
+            yield fill
+            if produced >= FILL_LIMIT:
+                self.complete = False
+                return
 
     def _tick(self) -> None:
         self.steps += 1
         if self.steps & 1023 == 0 and time.monotonic() > self.deadline:
             raise Exhausted
+
+
+def _suffix(rows: list[list[int]], ndim: int, op: Any, empty: int) -> list[list[int]]:
+    out = [[empty] * ndim for _ in range(len(rows) + 1)]
+    for i in range(len(rows) - 1, -1, -1):
+        out[i] = [op(out[i + 1][d], rows[i][d]) for d in range(ndim)]
+    return out
+
+
+class _Filler:
+    """Enumerates the fills of one node (an explicit stack, no recursion).
+
+    Prunes with two upper bounds on what the later candidates can still add in a dimension:
+    all their copies, and (the residual // their smallest size) copies of their largest.
+    """
+
+    def __init__(self, s: _Search, t: int, cands: list[int], lower: list[int]) -> None:
+        sp = s.sp
+        self.s, self.t, self.cands, self.lower = s, t, cands, lower
+        self.cap = sp.cap[t]
+        self.ndim = s.ndim
+        self.vec = [sp.vec[c] for c in cands]
+        self.limit = [min(s.rem[c], sp.kmax[c][t]) for c in cands]
+        nd = self.ndim
+        self.pot = _suffix(
+            [[k * v for v in vec] for k, vec in zip(self.limit, self.vec, strict=True)],
+            nd,
+            lambda a, b: a + b,
+            0,
+        )
+        self.maxv = _suffix(self.vec, nd, max, 0)
+        self.minv = _suffix([[v or INF for v in vec] for vec in self.vec], nd, min, INF)
+        self.load = [0] * nd
+        self.chosen = [0] * len(cands)
+
+    def room(self, i: int) -> int:
+        k = self.limit[i]
+        for d, v in enumerate(self.vec[i]):
+            if v and self.cap[d] < INF:
+                k = min(k, (self.cap[d] - self.load[d]) // v)
+        return max(k, 0)
+
+    def set(self, i: int, k: int) -> None:
+        delta = k - self.chosen[i]
+        if delta:
+            for d, v in enumerate(self.vec[i]):
+                self.load[d] += delta * v
+            self.chosen[i] = k
+
+    def next_pos(self, i: int) -> int:
+        n = len(self.cands)
+        while i < n and not self.room(i):
+            i += 1
+        return i
+
+    def bounds(self, i: int) -> tuple[bool, bool]:
+        """(hopeless by all copies, hopeless by the count bound) from position `i` on."""
+        by_count = False
+        for d in range(self.ndim):
+            need = self.lower[d] - self.load[d]
+            if need <= 0:
+                continue
+            if self.pot[i][d] < need:
+                return True, True
+            mv = self.minv[i][d]
+            q = 0 if mv >= INF else (self.cap[d] - self.load[d]) // mv
+            if q * self.maxv[i][d] < need:
+                by_count = True
+        return False, by_count
+
+    def maximal(self) -> bool:
+        return all(
+            self.chosen[i] >= self.limit[i] or not self.room(i) for i in range(len(self.cands))
+        )
+
+    def run(self) -> Iterator[Fill]:
+        n = len(self.cands)
+        stack: list[list[int]] = [[0, self.room(0)]]
+        while stack:
+            self.s._tick()
+            pos, k = stack[-1]
+            if pos == n:
+                stack.pop()
+                if all(self.load[d] >= self.lower[d] for d in range(self.ndim)) and self.maximal():
+                    yield tuple((self.cands[i], c) for i, c in enumerate(self.chosen) if c)
+                continue
+            if k < (1 if pos == 0 else 0):
+                self.set(pos, 0)
+                stack.pop()
+                continue
+            self.set(pos, k)
+            stack[-1][1] = k - 1
+            if self.bounds(pos + 1)[0]:  # fewer copies here only load less: position done
+                self.set(pos, 0)
+                stack.pop()
+                continue
+            nxt = self.next_pos(pos + 1)
+            if not any(self.bounds(nxt)):
+                stack.append([nxt, self.room(nxt) if nxt < n else 0])
 
 
 @dataclass
@@ -303,39 +370,75 @@ def applicable(p: Problem) -> bool:
     return not p.created and not p.rules and bool(p.types)
 
 
+class _Restart(Exception):
+    """The run used its budget of fills: start over in another order."""
+
+
+def _run(
+    s: _Search,
+    memo: set[tuple[tuple[int, ...], tuple[int, ...]]],
+    budget: int | None,
+) -> list[tuple[int, Fill]] | None:
+    """One depth-first run; the path of fills that places everything, or None when every
+    alternative failed. Raises `_Restart` after `budget` fills (None: no limit)."""
+    stack = [_Frame(s.key(), s.alternatives())]
+    tried = 0
+    while stack:
+        frame = stack[-1]
+        if frame.applied is not None:
+            s.apply(*frame.applied, sign=-1)
+            frame.applied = None
+        alt = next(frame.alts, None)
+        if alt is None:
+            if len(memo) < MEMO_LIMIT:
+                memo.add(frame.key)
+            stack.pop()
+            continue
+        tried += 1
+        if budget is not None and tried > budget:
+            for f in reversed(stack):
+                if f.applied is not None:
+                    s.apply(*f.applied, sign=-1)
+            raise _Restart
+        s.apply(*alt, sign=1)
+        frame.applied = alt
+        if s.done():
+            return [f.applied for f in stack if f.applied is not None]
+        key = s.key()
+        if key in memo or not _l1_ok(s):
+            continue
+        stack.append(_Frame(key, s.alternatives()))
+    return None
+
+
 def search(p: Problem, deadline: float) -> tuple[str, list[list[int]] | None]:
-    """("feasible", placement) | ("infeasible", None) | ("unknown", None)."""
+    """("feasible", placement) | ("infeasible", None) | ("unknown", None).
+
+    Runs restart with a doubling budget of fills, in best-first order first and then with
+    ties broken at random (feasible packings have many solutions; one bad early choice should
+    not cost the whole time); failed states carry over, so the last run is exhaustive.
+    """
     if not applicable(p):
         return ("unknown", None)
     sp = _space(p)
     s = _Search(p, sp, deadline)
-    memo: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
+    if s.done():
+        return ("feasible", _placement(p, sp, []))
     if not _l1_ok(s):
         return ("infeasible", None)
-    stack = [_Frame(s.key(), s.alternatives())] if not s.done() else []
+    memo: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
+    budget = 4 * len(p.node_ids) + 64
     try:
-        while stack:
-            frame = stack[-1]
-            if frame.applied is not None:
-                s.apply(*frame.applied, sign=-1)
-                frame.applied = None
-            alt = next(frame.alts, None)
-            if alt is None:
-                if len(memo) < MEMO_LIMIT:
-                    memo.add(frame.key)
-                stack.pop()
+        for attempt in range(RESTARTS + 1):
+            limit = None if attempt == RESTARTS else budget << attempt
+            s.rng = None if attempt == 0 else random.Random(attempt)
+            try:
+                path = _run(s, memo, limit)
+            except _Restart:
                 continue
-            s.apply(*alt, sign=1)
-            frame.applied = alt
-            if s.done():
-                path = [f.applied for f in stack if f.applied is not None]
+            if path is not None:
                 return ("feasible", _placement(p, sp, path))
-            key = s.key()
-            if key in memo or not _l1_ok(s):
-                continue
-            stack.append(_Frame(key, s.alternatives()))
+            return ("infeasible", None) if s.complete else ("unknown", None)
     except Exhausted:
         return ("unknown", None)
-    if s.done() and not stack:
-        return ("feasible", _placement(p, sp, []))
-    return ("infeasible", None) if s.complete else ("unknown", None)
+    return ("unknown", None)

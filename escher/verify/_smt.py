@@ -326,10 +326,14 @@ def relaxed(p: Problem, deadline: float, memory_mb: int | None = None) -> Outcom
 
 
 def exact(p: Problem, deadline: float, memory_mb: int | None = None) -> Outcome:
-    """Per-node counts (exact); only for problems under `EXACT_LIMIT`."""
+    """Per-node counts (exact). Nodes of a type are interchangeable, so each type keeps only
+    as many nodes as there are item copies; only for problems under `EXACT_LIMIT`."""
     n_cls = len(classes(p))
-    nn = len(p.node_ids)
-    if n_cls * nn > EXACT_LIMIT:
-        return ("unknown", f"too large for the exact encoding ({n_cls} classes x {nn} nodes)")
-    bins = [_Bin([n], p.node_type[n]) for n in range(nn)]
+    copies = sum(it.mult for it in p.items)
+    bins = [_Bin([n], t) for t, nt in enumerate(p.types) for n in nt.nodes[:copies]]
+    if n_cls * len(bins) > EXACT_LIMIT:
+        return (
+            "unknown",
+            f"too large for the exact encoding ({n_cls} classes x {len(bins)} nodes)",
+        )
     return _encode(p, deadline, memory_mb, bins, exact=True)

@@ -34,6 +34,12 @@ DEFAULT_TIMEOUT = 60.0
 #: proofs follow (they get the rest).
 EXPLAIN_SHARE = 0.5
 
+#: Explanation shrinking stops after max(EXPLAIN_MIN, EXPLAIN_FACTOR x the verdict's
+#: seconds) even before the deadline, saying the set is not proven minimal: the cause line
+#: and the statements found are already the answer; the rest is polish.
+EXPLAIN_MIN = 2.0
+EXPLAIN_FACTOR = 10.0
+
 #: Share of the time left after the verdict for meeting more preferences (at most 2 s).
 PREFER_SHARE = 0.1
 
@@ -191,12 +197,13 @@ class Verifier:
         assert self._decision is not None
         t0 = time.perf_counter()
         left = max(0.0, self.deadline - time.monotonic())
-        until = time.monotonic() + left * share
+        cap = max(EXPLAIN_MIN, EXPLAIN_FACTOR * self._times.get("verdict", 0.0))
+        until = time.monotonic() + min(left * share, cap)
         core, minimal = minimise(
             self.plan, self.state, self._decision.core, deadline=until, memory_mb=self.memory_mb
         )
         self._times["explain"] = time.perf_counter() - t0
-        note = "" if minimal else "minimality not established within the time limit"
+        note = "" if minimal else "not proven minimal: shrinking stopped at its time limit"
         self._result = _replace(
             result,
             explanation=self._explanation(core, minimal, note),
