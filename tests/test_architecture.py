@@ -122,19 +122,6 @@ def _is_package_reexport(cycle: list[str], graph: dict[str, set[str]]) -> bool:
 
 #: Loops still being taken apart. An entry that is no longer a loop fails the test: remove it.
 KNOWN_CYCLES: list[set[str]] = [
-    {
-        "escher.core.plan",
-        "escher.verify",
-        "escher.verify._check",
-        "escher.verify._engine",
-        "escher.verify._files",
-        "escher.verify._greedy",
-        "escher.verify._model",
-        "escher.verify._patterns",
-        "escher.verify._result",
-        "escher.verify._smt",
-        "escher.verify._verify",
-    },
     {"escher.backends.ray._gang", "escher.backends.ray._runner", "escher.backends.ray.backend"},
 ]
 
