@@ -9,14 +9,14 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 from rich.console import Console
 from rich.table import Table
 
+from escher.cli.conventions import command, console, fail
 from escher.core.cluster import ClusterState
-from escher.core.errors import EscherError
 from escher.core.plan import Plan
 from escher.verify._result import (
     EXIT_BAD_INPUT,
@@ -26,7 +26,7 @@ from escher.verify._result import (
     Verdict,
     VerificationResult,
 )
-from escher.verify._verify import DEFAULT_TIMEOUT, Verifier
+from escher.verify._verify import DEFAULT_TIMEOUT, EXPLAIN_SHARE, Verifier
 
 _COLOR = {Verdict.FEASIBLE: "green", Verdict.INFEASIBLE: "red", Verdict.UNKNOWN: "yellow"}
 _ICOLOR = {
@@ -36,41 +36,8 @@ _ICOLOR = {
     IntentStatus.UNKNOWN: "yellow",
 }
 
-_CODES_HELP = "\n".join(f"  {code}  {meaning}" for code, meaning in EXIT_CODES.items())
-
-_HELP = f"""Prove PLAN_FILE feasible on a cluster before launch, or explain why not.
-
-The verdict comes first (with a checked placement, or the cause in one line and the
-smallest set of your own statements that conflict); then each declared intent is
-reported proven, violated (with a counterexample) or timed out. --timeout bounds the
-whole run.
-
-\b
-Examples:
-  escher verify plan.json --cluster cluster.json
-  escher verify plan.json --cluster cluster.json --format json
-  escher verify plan.json --backend ray --timeout 10 --no-intents
-
-\b
-Exit codes:
-{_CODES_HELP}
-"""
-
-
-class _Command(click.Command):
-    """Usage errors exit with the bad-input code, not click's 2 (which means 'unknown' here)."""
-
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        try:
-            return super().parse_args(ctx, args)
-        except click.UsageError as exc:
-            click.echo(f"error: {exc.format_message()}", err=True)
-            ctx.exit(EXIT_BAD_INPUT)
-
-
-def _bad(message: str) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(EXIT_BAD_INPUT)
+#: The command's own exit codes (the shared ones, 3 bad input and more, are added).
+OWN_EXIT_CODES = {code: text for code, text in EXIT_CODES.items() if code != EXIT_BAD_INPUT}
 
 
 def _state(cluster: str | None, backend: str | None) -> tuple[ClusterState, str]:
@@ -102,7 +69,7 @@ class _Printer:
     """Text output, one part at a time, as the parts become known."""
 
     def __init__(self) -> None:
-        self.console = Console(width=None if sys.stdout.isatty() else 120)
+        self.console: Console = console()
 
     def verdict(self, result: VerificationResult, where: str) -> None:
         color = _COLOR[result.status]
@@ -147,7 +114,16 @@ class _Printer:
         self.console.print(line + (f" - {r.detail}" if r.detail else ""), highlight=False)
 
 
-@click.command("verify", cls=_Command, help=_HELP)
+@command(
+    "verify",
+    examples=[
+        "escher verify plan.json --cluster cluster.json",
+        "escher state --format json > cluster.json   # a cluster file of the live backend",
+        "escher verify plan.json --cluster cluster.json --format json",
+        "escher verify plan.json --backend ray --timeout 10 --no-intents",
+    ],
+    exit_codes=OWN_EXIT_CODES,
+)
 @click.argument("plan_file", type=click.Path(dir_okay=False))
 @click.option(
     "--cluster",
@@ -160,15 +136,8 @@ class _Printer:
     "--backend",
     "backend",
     default=None,
+    metavar="NAME",
     help="Take the cluster state from this backend (default: the configured one).",
-)
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="json: one JSON document on stdout (the result's to_dict).",
 )
 @click.option(
     "--timeout",
@@ -186,23 +155,27 @@ def verify(
     timeout: float,
     no_intents: bool,
 ) -> None:
+    """Prove a plan feasible on a cluster before launch, or explain why not.
+
+    The verdict comes first (with a checked placement, or the cause in one line and the
+    smallest set of your own statements that conflict); then each declared intent is
+    reported proven, violated (with a counterexample) or timed out. --timeout bounds the
+    whole run.
+    """
     start = time.monotonic()
     if cluster is not None and backend is not None:
-        _bad("give --cluster or --backend, not both.")
-    if not timeout > 0:
-        _bad(f"--timeout must be a positive number of seconds, got {timeout}.")
-    try:
-        plan = Plan.load(plan_file)
-        state, origin = _state(cluster, backend)
-        run = Verifier(plan, state, deadline=start + timeout)
-        verdict = run.verdict()
-    except EscherError as exc:
-        _bad(str(exc))
+        fail("give --cluster or --backend, not both.", EXIT_BAD_INPUT)
+    if not 0 < timeout < float("inf"):
+        fail(f"--timeout must be a positive number of seconds, got {timeout}.", EXIT_BAD_INPUT)
+    plan = Plan.load(plan_file)
+    state, origin = _state(cluster, backend)
+    run = Verifier(plan, state, deadline=start + timeout)
+    verdict = run.verdict()
     printer = None if fmt == "json" else _Printer()
     where = _where(state, origin)
     if printer is not None:
         printer.verdict(verdict, where)
-    result = run.explain()
+    result = run.explain(EXPLAIN_SHARE if plan.intents and not no_intents else 1.0)
     if printer is not None:
         printer.rest(result)
     if not no_intents:
