@@ -22,6 +22,7 @@ from escher.esl._fair import FairShare, Priority, WeightedFairQueue
 from escher.esl._gang import Gang, GangRun, Member
 from escher.esl._ledger import RecoveryReport
 from escher.esl._locality import DataLocality
+from escher.esl._node_affinity import NodeAffinity
 from escher.esl._plan_parts import PlanParts
 from escher.esl._policy import AllOf, FirstOf, Policy, Requests, SoftConstraints
 from escher.esl._prefer import (
@@ -102,6 +103,7 @@ __all__ = [
     "LabelNote",
     "LoadBalance",
     "Member",
+    "NodeAffinity",
     "Observation",
     "Ordering",
     "PlanAhead",

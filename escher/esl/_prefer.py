@@ -76,24 +76,37 @@ class Term:
 
 
 class PreferNodes(Term):
-    """Prefer nodes whose labels match `labels` (key -> value, or a list of values).
+    """Prefer nodes whose labels match `labels` (key -> value, or a list of values), or
+    whose id is in `ids`.
 
     Args:
         labels: Wanted node labels.
+        ids: Wanted node ids (Ray's soft ``NodeAffinitySchedulingStrategy``).
         weight: Added to a matching node's score.
     """
 
-    def __init__(self, labels: Mapping[str, str | Sequence[str]], *, weight: float = 1.0) -> None:
-        if not isinstance(labels, Mapping) or not labels:
-            raise ValidationError("PreferNodes needs a non-empty mapping of node labels.")
+    def __init__(
+        self,
+        labels: Mapping[str, str | Sequence[str]] | None = None,
+        *,
+        ids: Sequence[str] | None = None,
+        weight: float = 1.0,
+    ) -> None:
+        if labels is not None and (not isinstance(labels, Mapping) or not labels):
+            raise ValidationError("PreferNodes labels must be a non-empty mapping.")
+        if labels is None and not ids:
+            raise ValidationError("PreferNodes needs labels= or ids=.")
         self.labels = {
             str(k): (v,) if isinstance(v, str) else tuple(str(x) for x in v)
-            for k, v in labels.items()
+            for k, v in (labels or {}).items()
         }
+        self.ids = None if ids is None else frozenset(ids)
         self.weight = _weight(weight)
 
     def matches(self, node: Node) -> bool:
-        """True if `node` carries one of the allowed values of every key."""
+        """True if `node` carries one of the allowed values of every key (and is listed)."""
+        if self.ids is not None and node.id not in self.ids:
+            return False
         return all(node.labels.get(k) in values for k, values in self.labels.items())
 
     def score(self, node: Node, where: _Where) -> float:
