@@ -35,6 +35,7 @@ from escher.core.resources import MAX_CAPACITY, Resources
 from escher.core.task import TaskRef, TaskSpec
 from escher.esl._constraint import Constraint
 from escher.esl._esl import ESL
+from escher.esl._explain import Contribution, LabelNote
 from escher.esl._plan_parts import PlanParts
 from escher.esl._policy import Policy
 from escher.esl._topology import DomainLabels, Topology, TopologyLike, copies, write_domain
@@ -154,6 +155,26 @@ class _CountedDomains(ESL):
                 write_domain(self, {gate.label: 1}, self.topology, domain, nodes[domain])
                 gate.domain = domain
                 self.counts[domain] = self.counts.get(domain, 0) + 1
+
+    # --- explainers ------------------------------------------------------------------------
+    def contribution(self, ref: TaskRef) -> Contribution | None:
+        """The task's domain, or why it waits for one (see `ESL.contribution`)."""
+        key = self.topology.key
+        with self._lock:
+            domain, gate = self._mine(ref.spec)
+            counts = dict(self.counts)
+        if domain is None and gate is None:
+            return None
+        if gate is not None and domain is None:
+            note = LabelNote(
+                self.source, f"a {key!r} domain the policy assigns", True, None, "slot"
+            )
+            shown = ", ".join(f"{d}={c}" for d, c in sorted(counts.items())) or "none"
+            waiting = f"no {key!r} domain allows another task now (live tasks: {shown})"
+            return Contribution(self.source, {gate.label: note}, waiting, "slot")
+        label = gate.label if gate is not None else self.domains.labels[str(domain)]
+        note = LabelNote(self.source, f"every node of {key}={domain}", False, None, "domain")
+        return Contribution(self.source, {label: note})
 
     # --- the verifier ----------------------------------------------------------------------
     def assignment(self, count: int, resources: Mapping[str, float] | None = None) -> list[str]:

@@ -35,6 +35,7 @@ from escher.core.plan import Colocated, Intent, PinnedTo, Separated, SpreadEvenl
 from escher.core.resources import Resources
 from escher.core.task import TaskRef, TaskSpec
 from escher.esl._esl import ESL
+from escher.esl._explain import Contribution, LabelNote
 from escher.esl._ledger import EVERY_NODE
 from escher.esl._plan_parts import PlanParts
 from escher.esl._topology import Topology, TopologyLike
@@ -291,6 +292,16 @@ class Preferences(ESL):
                 del self._steered[label]
         if label is not None and not self._closed:
             self.forget(label)
+
+    def contribution(self, ref: TaskRef) -> Contribution | None:
+        """Where the task is steered, if it is (see `ESL.contribution`)."""
+        with self._lock:
+            label = self._label_of(ref.spec)
+            node = self._steered.get(label or "")
+        if label is None:
+            return None
+        meaning = f"steered to {node} by preference (anywhere after {self.patience:g}s)"
+        return Contribution(self.source, {label: LabelNote(self.source, meaning, kind="steer")})
 
     def plan_parts(self, count: int, resources: Resources) -> PlanParts:
         """Each term's intent, with its weight (soft: a plan is feasible without them)."""

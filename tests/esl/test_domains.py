@@ -347,3 +347,16 @@ def test_recover_puts_a_zone_label_on_nodes_that_join_the_zone() -> None:
         assert group.label in backend.get_cluster_state().nodes["n9"].total
         escher.get(first, timeout=100)
     backend.close()
+
+
+def test_why_says_a_task_waits_for_a_free_zone() -> None:
+    backend = zoned(["a", "b"], virtual_clock=True)
+    with DomainAntiAffinity("zone", backend) as aa:
+        refs = [aa.launch(stamp, duration=5.0) for _ in range(3)]
+        waiting = aa.contribution(refs[2])
+        placed = aa.contribution(refs[0])
+        assert waiting is not None and "no 'zone' domain allows" in waiting.waiting
+        assert placed is not None and not placed.waiting
+        assert "every node of zone=" in next(iter(placed.labels.values())).meaning
+        escher.get(refs, timeout=100)
+    backend.close()
