@@ -27,7 +27,7 @@ import escher
 from escher import esl
 from escher.backends.memory import MemoryBackend
 
-NODES = {f"n{i:02d}": {"CPU": 8} for i in range(16)}
+NODES = {f"n{i:02d}": {"resources": {"CPU": 8}, "labels": {"zone": f"z{i % 4}"}} for i in range(16)}
 CPU1 = {"CPU": 1}
 
 
@@ -125,6 +125,27 @@ def soft_constraints(b: MemoryBackend, n: int) -> list[escher.TaskRef]:
     return with_policy(soft, n)
 
 
+def domain_anti_affinity(b: MemoryBackend, n: int) -> list[escher.TaskRef]:
+    return with_policy(keep(esl.DomainAntiAffinity("zone", b, per_domain=32)), n)
+
+
+def domain_spread(b: MemoryBackend, n: int) -> list[escher.TaskRef]:
+    return with_policy(keep(esl.DomainSpread("zone", b, max_skew=1)), n)
+
+
+def domain_colocation(b: MemoryBackend, n: int) -> list[escher.TaskRef]:
+    colo = keep(esl.DomainColocation("zone", b))
+    refs = []
+    for g in range(n // 4):
+        group = colo.group(f"g{g}", 4, CPU1)
+        refs += [group.launch(noop, duration=1.0) for _ in range(4)]
+    return refs
+
+
+def preferences(b: MemoryBackend, n: int) -> list[escher.TaskRef]:
+    return with_policy(keep(esl.Preferences(esl.PreferSpread("zone"), backend=b)), n)
+
+
 def gang_native(b: MemoryBackend, n: int) -> list[escher.TaskRef]:
     gang = keep(esl.Gang(b, mode="native"))
     runs = [gang.run([esl.Member(noop, resources=CPU1)] * 4) for _ in range(n // 4)]
@@ -145,6 +166,10 @@ ROWS: dict[str, Workload] = {
         fair_share,
         data_locality,
         soft_constraints,
+        domain_anti_affinity,
+        domain_spread,
+        domain_colocation,
+        preferences,
         gang_native,
     )
 }

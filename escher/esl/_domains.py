@@ -67,6 +67,8 @@ class _CountedDomains(ESL):
         #: Domain -> live tasks (launched, not final) assigned to it.
         self.counts: dict[str, int] = {}
         self._gates: dict[str, _Gate] = {}  # gate label -> gate, oldest first
+        #: Domain -> nodes as of the last launch (a node-label domain is written by selector)
+        self._nodes: dict[str, list[str]] = {}
         self._gate_ids = itertools.count(1)
 
     # --- the rule --------------------------------------------------------------------------
@@ -94,7 +96,7 @@ class _CountedDomains(ESL):
         self._check_open()
         with self._lock:
             state = self.backend.get_cluster_state()
-            nodes = self.topology.domains(state)
+            nodes = self._nodes = self.topology.domains(state)
             request = self._own_request(spec)
             roomy = {
                 d: any(request.fits_in(state.nodes[n].available) for n in members)
@@ -136,7 +138,7 @@ class _CountedDomains(ESL):
             if domain is not None:
                 self.counts[domain] -= 1
         if gate is not None:
-            self.forget(gate.label)
+            self.forget_known(gate.label)
         if domain is not None and not self._closed:
             self._admit()
 
@@ -146,8 +148,9 @@ class _CountedDomains(ESL):
             waiting = [g for g in self._gates.values() if g.domain is None]
             if not waiting:
                 return
-            state = self.backend.get_cluster_state()
-            nodes = self.topology.domains(state)
+            nodes = self._nodes
+            if self.topology.mapping is not None or not nodes:  # node lists must be fresh
+                nodes = self._nodes = self.topology.domains(self.backend.get_cluster_state())
             for gate in waiting:
                 domain = self.choose(self.counts, nodes, {})
                 if domain is None:
@@ -439,7 +442,7 @@ class DomainGroup(Policy):
             self._finished += 1
             complete = self.size is not None and self._finished >= self.size
         if complete and not self.owner.closed:
-            self.owner.forget(self.label)
+            self.owner.forget_known(self.label)
 
     def plan_parts(self, count: int, resources: Resources) -> PlanParts:
         """The group's label on its domain (chosen now if no member was launched yet)."""

@@ -291,7 +291,7 @@ class Preferences(ESL):
             if label is not None:
                 del self._steered[label]
         if label is not None and not self._closed:
-            self.forget(label)
+            self.forget_known(label)
 
     def contribution(self, ref: TaskRef) -> Contribution | None:
         """Where the task is steered, if it is (see `ESL.contribution`)."""
