@@ -16,6 +16,8 @@ Example::
 from __future__ import annotations
 
 import importlib
+import json
+from pathlib import Path
 
 from escher.bench._core import Meter, Result, Row
 from escher.core.errors import ValidationError, did_you_mean
@@ -83,4 +85,20 @@ def run(name: str, *, quick: bool = False, seed: int = 0) -> Result:
     return result
 
 
-__all__ = ["WORKLOADS", "Meter", "Result", "Row", "check_name", "run"]
+def load(path: str | Path) -> Result:
+    """Read a result written by `Result.write` (``<name>.json``), with its plot function.
+
+    The JSON holds the plot's series, so ``load(path).figure()`` redraws the figure without
+    running the workload again.
+
+    Raises:
+        ValidationError: the file names no known workload.
+    """
+    data = json.loads(Path(path).read_text())
+    result = Result.from_dict(data)
+    check_name(result.name)
+    result.plot = getattr(importlib.import_module(WORKLOADS[result.name][0]), "plot", None)
+    return result
+
+
+__all__ = ["WORKLOADS", "Meter", "Result", "Row", "check_name", "load", "run"]

@@ -69,7 +69,8 @@ class Result:
         params: Every model parameter, stated (durations, bandwidths, costs, seed).
         data: Series for the plot and for tests (plain lists and numbers).
         meter: Simulated events and wall time.
-        plot: Draws the figure into a path (needs matplotlib), or None.
+        plot: Draws the figure from `data` and returns it (a matplotlib ``Figure``; needs
+            matplotlib), or None.
     """
 
     name: str
@@ -78,14 +79,14 @@ class Result:
     params: dict[str, Any] = field(default_factory=dict)
     data: dict[str, Any] = field(default_factory=dict)
     meter: Meter = field(default_factory=Meter)
-    plot: Callable[[Result, Path], None] | None = None
+    plot: Callable[[Result], Any] | None = None
 
     def add(self, metric: str, ours: float | str, paper: float | str = "", note: str = "") -> None:
         """Append a table row."""
         self.rows.append(Row(metric, ours, paper, note))
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready summary (rows, parameters, simulator speed)."""
+        """A JSON-ready summary: rows, parameters, simulator speed and the plot's series."""
         return {
             "name": self.name,
             "title": self.title,
@@ -97,18 +98,61 @@ class Result:
                 "events_per_second": round(self.meter.events_per_second),
                 "simulated_seconds": round(self.meter.sim_time, 3),
             },
+            "data": compact(self.data),
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Result:
+        """A result read back from `to_dict` (no plot function attached)."""
+        sim = data.get("simulator", {})
+        meter = Meter(
+            events=int(sim.get("events", 0)),
+            wall=float(sim.get("wall_seconds", 0.0)),
+            sim_time=float(sim.get("simulated_seconds", 0.0)),
+        )
+        return cls(
+            name=data["name"],
+            title=data["title"],
+            rows=[Row(**row) for row in data.get("rows", [])],
+            params=dict(data.get("params", {})),
+            data=dict(data.get("data", {})),
+            meter=meter,
+        )
+
+    def figure(self) -> Any:
+        """The plot as a matplotlib ``Figure`` (None without a plot function)."""
+        return None if self.plot is None else self.plot(self)
 
     def write(self, out: Path) -> list[Path]:
         """Write ``<name>.json`` and (with matplotlib) ``<name>.png`` into `out`."""
         out.mkdir(parents=True, exist_ok=True)
         written = [out / f"{self.name}.json"]
         written[0].write_text(json.dumps(self.to_dict(), indent=2, default=str) + "\n")
-        if self.plot is not None:
+        fig = self.figure()
+        if fig is not None:
             path = out / f"{self.name}.png"
-            self.plot(self, path)
+            fig.savefig(path, dpi=110)
+            pyplot().close(fig)
             written.append(path)
         return written
+
+
+def compact(value: Any, digits: int = 6) -> Any:
+    """`value` with every float rounded to `digits` significant digits (smaller JSON)."""
+    if isinstance(value, float):
+        return float(f"{value:.{digits}g}") if math.isfinite(value) else value
+    if isinstance(value, Mapping):
+        return {k: compact(v, digits) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [compact(v, digits) for v in value]
+    return value
+
+
+def quantiles(values: Sequence[float], points: int = 201) -> list[float]:
+    """`points` evenly spaced quantiles of `values`, 0% to 100%: a CDF in little space."""
+    if not values:
+        return []
+    return [percentile(values, 100.0 * i / (points - 1)) for i in range(points)]
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -142,14 +186,47 @@ def pyplot() -> Any:
     return plt
 
 
+#: Line styles that differ in colour, marker and dash, so series stay apart even where they
+#: overlap (series i uses ``STYLES[i]``).
+STYLES: tuple[dict[str, Any], ...] = (
+    {"color": "C0", "marker": "o", "linestyle": "-"},
+    {"color": "C1", "marker": "s", "linestyle": "--"},
+    {"color": "C2", "marker": "^", "linestyle": "-."},
+    {"color": "C3", "marker": "D", "linestyle": ":"},
+    {"color": "C4", "marker": "v", "linestyle": (0, (5, 1))},
+)
+#: How a paper reference line looks: grey, thin, dashed.
+PAPER_STYLE: dict[str, Any] = {"color": "0.4", "linestyle": (0, (4, 2)), "linewidth": 1.2}
+
+
+def style(index: int, **overrides: Any) -> dict[str, Any]:
+    """The keyword arguments of series `index` for ``ax.plot`` (see `STYLES`)."""
+    return {**STYLES[index % len(STYLES)], **overrides}
+
+
+def from_zero(*axes: Any) -> None:
+    """Start each axis' y range at zero (or below, if the data goes negative)."""
+    for ax in axes:
+        low, high = ax.get_ylim()
+        ax.set_ylim(min(0.0, low), high)
+
+
 def bars_beside_paper(
-    ax: Any, ticks: Sequence[str], ours: Sequence[float], paper: Sequence[float], label: str
+    ax: Any,
+    ticks: Sequence[str],
+    ours: Sequence[float],
+    paper: Sequence[float],
+    label: str,
+    paper_label: str = "paper",
 ) -> None:
     """Grouped bars on `ax`: ours (labelled `label`) beside the paper's, hatched grey."""
     xs = range(len(ticks))
     ax.bar([x - 0.2 for x in xs], list(ours), 0.4, label=label)
-    ax.bar([x + 0.2 for x in xs], list(paper), 0.4, label="paper", hatch="//", color="lightgrey")
+    ax.bar(
+        [x + 0.2 for x in xs], list(paper), 0.4, label=paper_label, hatch="//", color="lightgrey"
+    )
     ax.set_xticks(list(xs), list(ticks))
+    from_zero(ax)
 
 
 class Link:

@@ -36,11 +36,22 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 from typing import Any
 
 from escher import esl
-from escher.bench._core import Link, Meter, Result, median, percentile, pyplot, transfer
+from escher.bench._core import (
+    PAPER_STYLE,
+    Link,
+    Meter,
+    Result,
+    from_zero,
+    median,
+    percentile,
+    pyplot,
+    quantiles,
+    style,
+    transfer,
+)
 from escher.core.context import current_task
 from escher.core.resources import Resources
 from escher.core.task import TaskRef, TaskSpec
@@ -205,7 +216,7 @@ def run(quick: bool = False, seed: int = 0) -> Result:
     result.add(
         "median latency better than unaware, %",
         round(100 * (1 - ours["median"] / un["median"]), 1),
-        15.4,
+        PAPER_MEDIAN_GAIN,
     )
     result.add(
         "P95 latency better than unaware, %", round(100 * (1 - ours["p95"] / un["p95"]), 1), 20.0
@@ -250,35 +261,63 @@ def run(quick: bool = False, seed: int = 0) -> Result:
         )
     result.data = {
         "runs": {v: {k: x for k, x in r.items() if k != "latencies"} for v, r in runs.items()},
-        "latencies": {v: r["latencies"] for v, r in runs.items()},
+        "latency_quantiles": {v: quantiles(r["latencies"]) for v, r in runs.items()},
         "sweep": sweep,
     }
     return result
 
 
-def plot(result: Result, path: Path) -> None:
-    """Latency CDFs of the three variants, and the gain vs the state size."""
+PAPER_MEDIAN_GAIN, PAPER_P95_GAIN = 15.4, 20.0
+_LABELS = {
+    "unaware": "unaware (spread)",
+    "firstfit": "unaware (first-fit)",
+    "escher": "escher (ESL)",
+    "hardcoded": "hard-coded placement",
+}
+
+
+def plot(result: Result) -> Any:
+    """Latency CDFs (all, then zoomed on the close ones with the paper's median gain), and the
+    gain vs the state size beside the paper's."""
     plt = pyplot()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
-    for variant, lat in result.data["latencies"].items():
-        ordered = sorted(lat)
-        ys = [(i + 1) / len(ordered) for i in range(len(ordered))]
-        left.plot(ordered, ys, label=variant)
-    left.set_xlabel("iteration latency (simulated s)")
-    left.set_ylabel("CDF")
-    left.set_title(f"latency, state {result.params['state_mb']:g} MB")
-    left.legend(fontsize=8)
+    fig, (full, zoom, right) = plt.subplots(1, 3, figsize=(14, 4))
+    cdfs = result.data["latency_quantiles"]
+    close = [v for v in VARIANTS if v != "firstfit"]
+    for ax, shown in ((full, VARIANTS), (zoom, close)):
+        for variant in shown:
+            xs = cdfs[variant]
+            ys = [k / (len(xs) - 1) for k in range(len(xs))]
+            wide = {"linewidth": 4, "alpha": 0.45} if variant == "escher" else {"linewidth": 1.5}
+            kwargs = {**style(VARIANTS.index(variant)), **wide}
+            ax.plot(xs, ys, label=_LABELS[variant], markevery=25, markersize=5, **kwargs)
+        ax.set_xlim(0, None)
+        ax.set_ylim(0, 1.02)
+        ax.set_xlabel("iteration latency (simulated s)")
+    zoom.set_xlim(0, max(cdfs[v][-1] for v in close) * 1.05)
+    unaware = median(cdfs["unaware"])
+    zoom.axvline(
+        unaware * (1 - PAPER_MEDIAN_GAIN / 100),
+        label=f"paper: escher's median,\n{PAPER_MEDIAN_GAIN}% below unaware's",
+        **PAPER_STYLE,
+    )
+    full.set_ylabel("fraction of iterations (CDF)")
+    full.set_title(f"latency CDF, state {result.params['state_mb']:g} MB")
+    full.legend(fontsize=7, loc="center right")
+    zoom.set_title("zoom: without first-fit")
+    zoom.legend(fontsize=7, loc="lower right")
     sweep = result.data["sweep"]
     xs = [s["state_mb"] for s in sweep]
-    right.plot(xs, [s["median_gain"] for s in sweep], "o-", label="median gain (ours)")
-    right.plot(xs, [s["p95_gain"] for s in sweep], "s-", label="P95 gain (ours)")
-    right.axhline(15.4, color="C0", ls="--", lw=1, label="paper median 15.4%")
-    right.axhline(20.0, color="C1", ls="--", lw=1, label="paper P95 20%")
+    right.plot(xs, [s["median_gain"] for s in sweep], label="ours: median", **style(0))
+    right.plot(xs, [s["p95_gain"] for s in sweep], label="ours: P95", **style(1))
+    right.axhline(PAPER_MEDIAN_GAIN, label=f"paper: median {PAPER_MEDIAN_GAIN}%", **PAPER_STYLE)
+    right.axhline(
+        PAPER_P95_GAIN, label=f"paper: P95 {PAPER_P95_GAIN:g}%", **{**PAPER_STYLE, "color": "0.7"}
+    )
     right.set_xscale("log", base=2)
-    right.set_xlabel("state batch per iteration (MB)")
+    from_zero(right)
+    right.set_xlabel("state batch per iteration (MB, log scale)")
     right.set_ylabel("latency better than unaware (%)")
     right.set_title("co-location gain vs transfer size")
     right.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig

@@ -23,7 +23,6 @@ import functools
 import itertools
 import random
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 from typing import Any
 
 from escher import esl
@@ -157,25 +156,31 @@ def run(quick: bool = False, seed: int = 0) -> Result:
     return result
 
 
-def plot(result: Result, path: Path) -> None:
-    """Stacked shares over time, FIFO beside the fair-sharing ESL."""
+def plot(result: Result) -> Any:
+    """Stacked shares over time, FIFO beside the fair-sharing ESL, with the weighted targets."""
     plt = pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(10.5, 3.8), sharey=True)
     for ax, variant in zip(axes, VARIANTS, strict=True):
         windows = result.data["runs"][variant]["windows"]
         ts = [w["t"] for w in windows]
-        ax.stackplot(ts, *[[w[u] for w in windows] for u in USERS], labels=list(USERS), step="post")
+        shares = [[w[u] for w in windows] for u in USERS]
+        ax.stackplot(ts, *shares, labels=list(USERS), step="post", alpha=0.85)
+        target = "weighted target share"
         for start, expected in EXPECTED.items():
             level = 0.0
             for u in USERS:
                 level += expected[u]
                 if 0 < level < 1:
                     end = min([s for s in EXPECTED if s > start] or [ts[-1] + 5])
-                    ax.hlines(level, start, end, colors="k", linestyles="dotted", lw=1)
+                    ax.hlines(
+                        level, start, end, colors="k", linestyles="dotted", lw=1.2, label=target
+                    )
+                    target = "_"
         ax.set_title("FIFO (no policy)" if variant == "fifo" else "FairShare ESL")
         ax.set_xlabel("simulated time (s)")
+        ax.set_xlim(0, None)
+        ax.set_ylim(0, 1.02)
     axes[0].set_ylabel("share of the cluster's CPUs")
     axes[1].legend(loc="lower left", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig

@@ -29,11 +29,10 @@ from __future__ import annotations
 import inspect
 import random
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 from typing import Any
 
 from escher import esl
-from escher.bench._core import Meter, Result, pyplot
+from escher.bench._core import PAPER_STYLE, Meter, Result, from_zero, pyplot, style
 from escher.core.resources import Resources
 from escher.core.task import TaskRef, TaskSpec
 
@@ -261,30 +260,37 @@ def run(quick: bool = False, seed: int = 0) -> Result:
     return result
 
 
-def plot(result: Result, path: Path) -> None:
-    """Throughput per variant, and the gain vs the cross-node slowdown."""
+def plot(result: Result) -> Any:
+    """Throughput per variant with the gain written on the bars, and the gain vs slowdown."""
     plt = pyplot()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.6))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9.5, 3.8))
     runs = result.data["runs"]
-    left.bar(
-        list(runs),
-        [r["throughput"] for r in runs.values()],
-        color=[f"C{i}" for i in range(len(runs))],
-    )
+    names = list(runs)
+    values = [r["throughput"] for r in runs.values()]
+    bars = left.bar(names, values, color=[f"C{i}" for i in range(len(runs))], label="ours")
+    spread = runs["spread"]["throughput"]
+    labels = [
+        "" if n == "spread" else f"+{100 * (v / spread - 1):.1f}%"
+        for n, v in zip(names, values, strict=True)
+    ]
+    labels[names.index("escher")] += f"\n(paper +{PAPER_GAIN}%)"
+    left.bar_label(bars, labels, fontsize=8)
+    left.set_ylim(0, max(values) * 1.25)
     left.set_ylabel("iterations / simulated s")
-    left.set_title("tuning throughput (12 GPUs)")
+    left.set_title("tuning throughput (12 GPUs), gain over spread")
     sweep = result.data["sweep"]
     right.plot(
         [s["slowdown"] for s in sweep],
         [s["gain"] for s in sweep],
-        "o-",
         label="ours: escher vs spread",
+        **style(0),
     )
-    right.axhline(PAPER_GAIN, color="grey", ls="--", label="paper: 36.3%")
-    right.set_xlabel("cross-node slowdown of the 4-GPU trial")
+    right.axhline(PAPER_GAIN, label=f"paper: {PAPER_GAIN}%", **PAPER_STYLE)
+    right.set_xlim(1, None)
+    from_zero(right)
+    right.set_xlabel("cross-node slowdown of the 4-GPU trial (x)")
     right.set_ylabel("throughput gain (%)")
     right.set_title("gain vs communication penalty")
-    right.legend(fontsize=8)
+    right.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig

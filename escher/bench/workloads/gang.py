@@ -38,12 +38,20 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 from typing import Any
 
 from escher import esl
 from escher.backends.memory import MemoryBackend
-from escher.bench._core import Meter, Result, bars_beside_paper, median, percentile, pyplot
+from escher.bench._core import (
+    Meter,
+    Result,
+    bars_beside_paper,
+    from_zero,
+    median,
+    percentile,
+    pyplot,
+    style,
+)
 from escher.core.context import current_task
 from escher.core.resources import Resources
 from escher.core.task import TaskSpec
@@ -310,10 +318,10 @@ def _realtime(mode: str, trials: int) -> list[float]:
     return latencies
 
 
-def plot(result: Result, path: Path) -> None:
-    """Median latency per variant beside the paper, and latency vs gang size."""
+def plot(result: Result) -> Any:
+    """Median latency per variant beside the paper, and latency vs gang size with the paper's."""
     plt = pyplot()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(9.5, 3.6))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
     lat = result.data["latencies"]
     bars_beside_paper(
         left,
@@ -326,12 +334,27 @@ def plot(result: Result, path: Path) -> None:
     left.set_title("256-member gang, 32 nodes")
     left.legend(fontsize=8)
     sweep = result.data["sweep"]
-    for v in VARIANTS:
-        right.plot([s["members"] for s in sweep], [s[v] for s in sweep], "o-", label=v)
+    members = [s["members"] for s in sweep]
+    for i, v in enumerate(VARIANTS):
+        right.plot(members, [s[v] for s in sweep], label=f"ours: {_NAMES[v]}", **style(i))
+        right.plot(
+            [256],
+            [PAPER_MS[v]],
+            linestyle="none",
+            markersize=9,
+            markerfacecolor="none",
+            markeredgewidth=1.5,
+            label=f"paper: {_NAMES[v]}",
+            **{k: x for k, x in style(i).items() if k != "linestyle"},
+        )
+    right.set_xlim(0, None)
+    from_zero(right)
     right.set_xlabel("gang members (1 CPU each)")
     right.set_ylabel("median latency (ms)")
-    right.set_title("latency vs gang size (simulated)")
-    right.legend(fontsize=8)
+    right.set_title("latency vs gang size (paper: 256 members)")
+    right.legend(fontsize=7, ncol=2)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig
+
+
+_NAMES = {"native": "native", "esl": "gang ESL", "app": "app-level"}

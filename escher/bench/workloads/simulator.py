@@ -2,16 +2,16 @@
 
 Every task asks for 1 CPU and lasts a seeded uniform 0.5-1.5 simulated seconds; all are
 launched at t=0 on 100 nodes of 8 CPUs and the simulation runs until the last one ends.
-The requirement (issue 7) is under 10 s of wall time; the paper has no such number.
+The target is under 10 s of wall time; the paper has no such number.
 """
 
 from __future__ import annotations
 
 import random
 import time
-from pathlib import Path
+from typing import Any
 
-from escher.bench._core import Result, pyplot
+from escher.bench._core import PAPER_STYLE, Result, from_zero, pyplot, style
 from escher.core.resources import Resources
 from escher.core.task import TaskSpec
 
@@ -67,7 +67,7 @@ def run(quick: bool = False, seed: int = 0) -> Result:
         result.add(
             f"{p['tasks']:,} tasks: wall s",
             round(p["wall"], 2),
-            f"< {LIMIT_S:g} (issue)" if p["tasks"] == 100_000 else "",
+            f"< {LIMIT_S:g} (target)" if p["tasks"] == 100_000 else "",
             f"{p['events']:,} events, {rate:,.0f} events/s, all done: {p['done'] == p['tasks']}",
         )
     biggest = points[-1]
@@ -81,24 +81,23 @@ def run(quick: bool = False, seed: int = 0) -> Result:
     return result
 
 
-def plot(result: Result, path: Path) -> None:
-    """Wall time and events/s vs task count."""
+def plot(result: Result) -> Any:
+    """Wall time vs task count against the 10 s target, and events per second."""
     plt = pyplot()
     points = result.data["points"]
-    fig, ax = plt.subplots(figsize=(6, 3.6))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
     xs = [p["tasks"] for p in points]
-    ax.plot(xs, [p["wall"] for p in points], "o-", label="wall time (s)")
-    ax.axhline(LIMIT_S, color="grey", ls="--", label="issue limit: 10 s")
-    ax.set_xscale("log")
-    ax.set_xlabel("tasks (100 nodes)")
-    ax.set_ylabel("wall seconds")
-    ax2 = ax.twinx()
-    ax2.plot(
-        xs, [p["events"] / p["wall"] / 1000 for p in points], "s:", color="C1", label="k events/s"
-    )
-    ax2.set_ylabel("thousand events / s")
-    fig.legend(loc="upper left", bbox_to_anchor=(0.12, 0.88), fontsize=8)
-    ax.set_title("Simulator speed")
+    left.plot(xs, [p["wall"] for p in points], label="wall time (s)", **style(0))
+    left.axhline(LIMIT_S, label=f"target: {LIMIT_S:g} s for 100,000 tasks", **PAPER_STYLE)
+    right.plot(xs, [p["events"] / p["wall"] / 1000 for p in points], label="k events/s", **style(1))
+    for ax in (left, right):
+        ax.set_xscale("log")
+        ax.set_xlabel("tasks on 100 nodes (log scale)")
+        from_zero(ax)
+        ax.legend(fontsize=8, loc="lower right")
+    left.set_ylabel("wall seconds")
+    left.set_title("time to simulate")
+    right.set_ylabel("thousand events / s")
+    right.set_title("events per second of wall time")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig

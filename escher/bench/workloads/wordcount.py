@@ -26,7 +26,6 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 from escher import esl
@@ -208,25 +207,25 @@ def run(quick: bool = False, seed: int = 0) -> Result:
     return result
 
 
-def plot(result: Result, path: Path) -> None:
-    """Grouped bars: ours (solid) beside the paper (hatched) per node count."""
+def plot(result: Result) -> Any:
+    """Grouped bars per node count: ours (left) and the paper's (right), one style per variant."""
     plt = pyplot()
     runs = {(r["nodes"], r["variant"]): r["makespan"] for r in result.data["runs"]}
     sizes = sorted({n for n, _ in runs})
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+    fig, axes = plt.subplots(1, 2, figsize=(9.5, 3.8))
     width = 0.25
+    hatches = ("", "..", "//")
     for ax, (title, source) in zip(
-        axes, (("ours (simulated)", "ours"), ("paper (100-node K8s)", "paper")), strict=True
+        axes, (("ours (simulated)", "ours"), ("paper (K8s)", "paper")), strict=True
     ):
         for i, variant in enumerate(VARIANTS):
             values = [runs[(n, variant)] if source == "ours" else PAPER[n][i] for n in sizes]
             xs = [k + (i - 1) * width for k in range(len(sizes))]
-            ax.bar(xs, values, width, label=variant, color=f"C{i}")
+            ax.bar(xs, values, width, label=variant, color=f"C{i}", hatch=hatches[i])
         ax.set_xticks(range(len(sizes)), [f"{n} nodes" for n in sizes])
         ax.set_ylabel("makespan (s)")
         ax.set_title(title)
-    axes[0].legend(fontsize=8)
+        ax.legend(fontsize=8)
     fig.suptitle("WordCount: generic vs native locality vs DataLocality ESL")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig
