@@ -5,9 +5,10 @@
 and under `AdaptivePolicy` (objective: mean job completion time); the table gives makespan and
 mean job completion time (JCT) per workload, with the adaptive policy's ratio to the best
 fixed policy of the same run. Workload i (from 0) uses seed `--seed-base` + i: the default 100
-gives the 15 workloads of issue 8; any other base gives an unseen set to check that a change
-to the policy generalises. Usage:
+gives the 15 workloads the policy was tuned on; any other base gives an unseen set to check
+that a change to the policy generalises. Usage:
 python bench/emergent.py [--quick] [--seed-base N] [--plot PATH] [--json PATH]
+python bench/emergent.py --replot docs/img/queueing.json   # redraw the plot, no run
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from escher.backends.memory import MemoryBackend
 from escher.esl.queueing import AdaptivePolicy, QueueingPolicy
@@ -131,13 +133,17 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="smaller jobs, 6 workloads")
     parser.add_argument("--plot", default="docs/img/queueing.png", help="PNG path ('' = none)")
     parser.add_argument("--json", default="", help="write the results as JSON here")
+    parser.add_argument("--replot", default="", help="draw --plot from this JSON; no run")
     parser.add_argument(
         "--seed-base",
         type=int,
         default=100,
-        help="workload i uses seed N + i (default 100: the issue's 15 workloads)",
+        help="workload i uses seed N + i (default 100: the 15 workloads the policy was tuned on)",
     )
     args = parser.parse_args()
+    if args.replot:
+        _plot(json.loads(Path(args.replot).read_text()), args.plot)
+        return
     scale = 0.4 if args.quick else 1.0
     kinds = [k for k in ("coarse", "fine", "mixed") for _ in range(2 if args.quick else 5)]
     started = time.perf_counter()
@@ -192,14 +198,16 @@ def _print(rows: list[dict], elapsed: float) -> None:
     print(f"\n{len(rows)} workloads x 5 policies in {elapsed:.1f} s")
 
 
-def _plot(rows: list[dict], path: str) -> None:
+def figure(rows: list[dict]) -> Any:
+    """Each policy's mean JCT and makespan relative to the best fixed policy, per workload."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     names = (*FIXED, "adaptive")
-    fig, axes = plt.subplots(2, 1, figsize=(11, 7), sharex=True)
+    hatches = ("", "..", "//", "xx", "")
+    fig, axes = plt.subplots(2, 1, figsize=(11, 7.4), sharex=True)
     width = 0.16
     for ax, metric, title in ((axes[0], "jct", "mean JCT"), (axes[1], "makespan", "makespan")):
         for k, name in enumerate(names):
@@ -209,18 +217,21 @@ def _plot(rows: list[dict], path: str) -> None:
                 best = min(res[n][metric] for n in FIXED)
                 values.append(res[name][metric] / best)
             xs = [i + (k - 2) * width for i in range(len(rows))]
-            ax.bar(xs, values, width, label=name)
-        ax.axhline(1.0, color="black", linewidth=0.8)
-        ax.set_ylabel(f"{title} / best fixed")
-        ax.set_ylim(0.6, None)
-    axes[0].legend(ncol=5, fontsize=8, loc="upper left")
+            edge = "black" if name == "adaptive" else None
+            ax.bar(xs, values, width, label=name, hatch=hatches[k], edgecolor=edge, lw=0.6)
+        ax.axhline(1.0, color="black", linewidth=0.8, label="_best fixed")
+        ax.set_ylabel(f"{title} / best fixed policy")
+        ax.set_ylim(0, None)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, ncol=5, fontsize=9, loc="upper center", bbox_to_anchor=(0.5, 0.95))
     axes[1].set_xticks(range(len(rows)), [r["workload"] for r in rows], rotation=45)
-    fig.suptitle("Queueing policies on 5 x (8 cores, 16 GB): lower is better")
-    fig.tight_layout()
+    fig.suptitle("Queueing policies on 5 x (8 cores, 16 GB): lower is better; 1 = best fixed")
+    fig.tight_layout(rect=(0, 0, 1, 0.92))
+    return fig
+
+
+def _plot(rows: list[dict], path: str) -> None:
+    fig = figure(rows)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     print(f"plot: {path}")
-
-
-if __name__ == "__main__":
-    main()

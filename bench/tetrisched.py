@@ -11,7 +11,8 @@ where it runs 3x longer. The schedulers see runtime *estimates* that are off by 
 * soft constraints (`FirstOf`) with a fixed timeout: ask for a GPU; if not started within
   the timeout, fall back to CPUs (10 s and 30 s).
 
-Usage: python bench/tetrisched.py [--quick] [--plot PATH]
+Usage: python bench/tetrisched.py [--quick] [--plot PATH] [--json PATH]
+       python bench/tetrisched.py --replot docs/img/deadlines.json   # redraw the plot, no run
 """
 
 from __future__ import annotations
@@ -144,7 +145,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer jobs and seeds")
     parser.add_argument("--plot", default="docs/img/deadlines.png", help="PNG ('' = none)")
     parser.add_argument("--json", default="", help="write the results as JSON here")
+    parser.add_argument("--replot", default="", help="draw --plot from this JSON; no run")
     args = parser.parse_args()
+    if args.replot:
+        _plot(json.loads(Path(args.replot).read_text()), args.plot)
+        return
     count = 80 if args.quick else 200
     seeds = (1, 2) if args.quick else (1, 2, 3, 4, 5)
     loads = (1.0,) if args.quick else (0.8, 1.0, 1.2)
@@ -185,27 +190,36 @@ def main() -> None:
         _plot(table, args.plot)
 
 
-def _plot(table: dict[str, dict[str, dict[str, float]]], path: str) -> None:
+def figure(table: dict[str, dict[str, dict[str, float]]]) -> Any:
+    """SLO attainment and GPU utilisation per setting, one bar per policy."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     keys = list(table)
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    hatches = ("", "..", "//", "xx")
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
     width = 0.2
     for k, p in enumerate(POLICIES):
         xs = [i + (k - 1.5) * width for i in range(len(keys))]
-        axes[0].bar(xs, [table[key][p]["slo"] * 100 for key in keys], width, label=p)
-        axes[1].bar(xs, [table[key][p]["gpu_util"] * 100 for key in keys], width, label=p)
+        for ax, metric in ((axes[0], "slo"), (axes[1], "gpu_util")):
+            values = [table[key][p][metric] * 100 for key in keys]
+            ax.bar(xs, values, width, label=p, hatch=hatches[k % len(hatches)])
     axes[0].set_ylabel("jobs meeting their deadline (%)")
     axes[1].set_ylabel("GPU utilisation (%)")
     for ax in axes:
         ax.set_xticks(range(len(keys)), keys, rotation=30, ha="right", fontsize=8)
         ax.set_ylim(0, 100)
-    axes[0].legend(fontsize=8)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, ncol=4, fontsize=9, loc="upper center", bbox_to_anchor=(0.5, 0.93))
     fig.suptitle("Deadline jobs preferring a GPU (else 3x longer on CPUs)")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.88))
+    return fig
+
+
+def _plot(table: dict[str, dict[str, dict[str, float]]], path: str) -> None:
+    fig = figure(table)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     print(f"plot: {path}")

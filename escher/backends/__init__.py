@@ -6,6 +6,7 @@ Third-party backends register through the entry-point group ``escher.backends``
 
 from escher.backends._registry import (
     BackendEntry,
+    availability,
     create_backend,
     get_backend_class,
     known_backends,
@@ -19,6 +20,7 @@ __all__ = [
     "Capability",
     "GarbageReport",
     "PendingTask",
+    "availability",
     "create_backend",
     "get_backend_class",
     "known_backends",

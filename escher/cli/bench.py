@@ -89,7 +89,7 @@ def _list(fmt: str) -> None:
     examples=[
         "escher bench list",
         "escher bench wordcount                     # writes ./wordcount.png and .json",
-        "escher bench alphazero --quick --seed 3 --out /tmp/eval",
+        "escher bench alphazero --quick --seed 3 --out eval",
         "escher bench all --out docs/img/evaluation  # regenerate the documentation's plots",
         "escher bench gandiva --quick --no-plot --format json",
     ],

@@ -45,3 +45,11 @@ def test_unknown_node_in_memory_backend_suggests() -> None:
             escher.set_resource("ok", 1, "n3")
         with pytest.raises(escher.UnknownNodeError, match="Did you mean 'n1'"):
             escher.get_cluster_state().node("n9")
+
+
+def test_unknown_label_in_a_request_suggests() -> None:
+    with escher.init(nodes={"n1": {"CPU": 1}}):
+        escher.set_resource("fast-disk", 1, "n1")
+        ref = escher.launch(escher.node_id, resources={"fast-disc": 1})
+        assert "Did you mean 'fast-disk'?" in ref.status.reason
+        ref.cancel()

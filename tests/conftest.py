@@ -1,0 +1,27 @@
+"""Rules for the whole suite.
+
+Test modules of a backend whose extra is not installed are not collected (their tests would
+only be skipped, but some import the extra at module level): so the fast suite runs after
+``pip install -e '.[test]'`` alone. The header of the run says what was left out.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+_EXTRAS = {
+    "kubernetes": ("backends/kubernetes/*.py", "escher-sched[k8s]"),
+    "ray": ("backends/ray/*.py", "escher-sched[ray]"),
+}
+
+_missing = {name: v for name, v in _EXTRAS.items() if importlib.util.find_spec(name) is None}
+
+collect_ignore_glob = [pattern for pattern, _ in _missing.values()]
+
+
+def pytest_report_header() -> list[str]:
+    """Say which backends' tests are not collected, and what to install for them."""
+    return [
+        f"{name} is not installed: tests/{pattern} not collected (pip install '{extra}')"
+        for name, (pattern, extra) in _missing.items()
+    ]
