@@ -91,18 +91,30 @@ def _unavailable(name: str, entry: CommandEntry, exc: ImportError) -> click.Comm
 
     @click.command(
         name,
-        cls=EscherCommand,
+        cls=UnavailableCommand,
         context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
         help=f"Not available here ({missing} is not installed): {hint}.",
         short_help=f"(not installed: {hint})",
-        examples=[f"{hint}   # then: escher {name} --help"],
+        examples=[f"escher {name} --help   # once installed: {hint}"],
     )
     @format_option
-    def stub(fmt: str) -> None:
+    def stub(fmt: str) -> None:  # accepts any arguments: the answer is the same
         fail(
             f"'escher {name}' is not available here: it needs {missing}. Install it with: {hint}",
             ExitCode.UNAVAILABLE,
             kind="BackendUnavailableError",
         )
 
+    assert isinstance(stub, UnavailableCommand)
+    stub.missing = missing
     return stub
+
+
+class UnavailableCommand(EscherCommand):
+    """A listed command whose module cannot be imported here; it says what to install.
+
+    It accepts any arguments (the answer is the same) and exits with `ExitCode.UNAVAILABLE`.
+    """
+
+    #: The module that is missing.
+    missing: str = ""

@@ -34,6 +34,8 @@ def test_command_whose_extra_is_missing(monkeypatch: pytest.MonkeyPatch) -> None
     assert result.exit_code == 69 and "pip install 'escher-sched[k8s]'" in result.stderr
     result = CliRunner().invoke(main, ["phantom", "--format", "json"])
     assert json.loads(result.stderr)["error"]["code"] == 69
+    helptext = CliRunner().invoke(main, ["phantom", "--help"]).stdout
+    assert "Examples:" in helptext and "escher-sched[k8s]" in helptext
 
 
 def test_every_registered_command_is_importable_here() -> None:

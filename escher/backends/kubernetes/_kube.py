@@ -19,7 +19,8 @@ try:
     from kubernetes.client.exceptions import ApiException
 except ImportError as exc:  # pragma: no cover - exercised through the registry
     raise ImportError(
-        "the Kubernetes backend needs the official client: pip install 'escher-sched[k8s]'"
+        "the Kubernetes backend needs the official client: pip install 'escher-sched[k8s]'",
+        name=exc.name,
     ) from exc
 
 __all__ = ["ApiException", "KubeApi", "connect"]
