@@ -141,8 +141,11 @@ class VerificationError(EscherError):
         self.result = result
 
 
-def _edit_distance(a: str, b: str) -> int:
-    """Optimal string alignment distance: insertions, deletions, substitutions, swaps."""
+def _edit_distance(a: str, b: str, limit: int) -> int:
+    """Optimal string alignment distance (insertions, deletions, substitutions, swaps),
+    or ``limit + 1`` as soon as it must exceed `limit`."""
+    if abs(len(a) - len(b)) > limit:
+        return limit + 1
     prev2: list[int] = []
     prev = list(range(len(b) + 1))
     for i, ca in enumerate(a, 1):
@@ -152,6 +155,8 @@ def _edit_distance(a: str, b: str) -> int:
             if i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
                 cost = min(cost, prev2[j - 2] + 1)
             row.append(cost)
+        if min(row) > limit:
+            return limit + 1
         prev2, prev = prev, row
     return prev[-1]
 
@@ -168,10 +173,12 @@ def closest(word: str, choices: Iterable[str]) -> str | None:
     if not options or word in options:
         return None
     limit = 1 if len(word) < 5 else 2
-    scored = [(_edit_distance(word.lower(), c.lower()), c) for c in options]
-    best_distance, best = min(scored)
-    if best_distance <= limit and best_distance < max(len(word), 1):
-        return best
+    lowered = word.lower()
+    scored = [(_edit_distance(lowered, c.lower(), limit), c) for c in options]
+    if scored:
+        best_distance, best = min(scored)
+        if best_distance <= limit and best_distance < max(len(word), 1):
+            return best
     close = difflib.get_close_matches(word, options, n=1)
     return close[0] if close else None
 

@@ -246,7 +246,7 @@ class MemoryBackend(Backend):
         free = self._matcher._free
         missing = [name for name in request if name not in free]
         if missing:
-            return f"no node has {', '.join(missing)} available.{did_you_mean(missing[0], free)}"
+            return f"no node has {', '.join(missing)} available"
         return f"no single node has {request.to_dict()} available"
 
     def _place_locked(self) -> list[_Running]:
