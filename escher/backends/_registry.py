@@ -135,7 +135,8 @@ def availability(name: str) -> tuple[type[Backend] | None, str]:
         return None, str(exc)
     except ImportError as exc:
         hint = f" Install it with: {entry.install_hint}" if entry.install_hint else ""
-        return None, f"backend {entry.name!r} cannot import {exc.name or exc}.{hint}"
+        missing = exc.name or str(exc)
+        return None, f"backend {entry.name!r} needs {missing}, which is not installed.{hint}"
     return cls, ""
 
 
@@ -152,9 +153,9 @@ def get_backend_class(name: str) -> type[Backend]:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         hint = f" Install it with: {entry.install_hint}" if entry.install_hint else ""
-        raise BackendUnavailableError(
-            f"backend {entry.name!r} cannot be imported ({exc}).{hint}"
-        ) from exc
+        missing = exc.name if exc.name and exc.name.split(".")[0] != "escher" else None
+        why = f"needs {missing}, which is not installed" if missing else f"cannot import ({exc})"
+        raise BackendUnavailableError(f"backend {entry.name!r} {why}.{hint}") from exc
     cls = getattr(module, attr, None)
     if not (isinstance(cls, type) and issubclass(cls, Backend)):
         raise BackendUnavailableError(f"{entry.target} is not an escher Backend subclass.")

@@ -11,7 +11,7 @@ import click
 
 from escher.backends._registry import install_command
 from escher.cli.conventions import EscherCommand, ExitCode, fail, format_option
-from escher.core.errors import did_you_mean
+from escher.core.errors import BackendUnavailableError, did_you_mean
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class EscherGroup(click.Group):
         module_name, _, attr = entry.target.partition(":")
         try:
             loaded = getattr(importlib.import_module(module_name), attr)
-        except ImportError as exc:
+        except (ImportError, BackendUnavailableError) as exc:  # its extra is not installed
             return _unavailable(cmd_name, entry, exc)
         return loaded if isinstance(loaded, click.Command) else None
 
@@ -85,9 +85,10 @@ class EscherGroup(click.Group):
             raise
 
 
-def _unavailable(name: str, entry: CommandEntry, exc: ImportError) -> click.Command:
+def _unavailable(name: str, entry: CommandEntry, exc: Exception) -> click.Command:
     hint = install_command(entry.extra) if entry.extra else f"the module {entry.target}"
-    missing = exc.name or str(exc)
+    cause = exc.__cause__ if isinstance(exc.__cause__, ImportError) else exc
+    missing = getattr(cause, "name", None) or f"the {entry.extra or name} extra"
 
     @click.command(
         name,

@@ -57,7 +57,7 @@ def _render(data: dict[str, Any]) -> Any:
             if row["available"]:
                 status = "[green]available[/green]"
             else:
-                status = f"[yellow]not available[/yellow]: {escape(row['reason'] or '')}"
+                status = "[yellow]not available[/yellow] (see below)"
             marker = " (configured)" if row["configured"] else ""
             table.add_row(
                 escape(row["name"] + marker),
@@ -66,6 +66,10 @@ def _render(data: dict[str, Any]) -> Any:
                 escape(row["target"]),
             )
         console.print(table)
+        for row in data["backends"]:
+            if not row["available"]:  # one line each, so the command copies whole
+                line = f"{row['name']}: {row['reason'] or ''}"
+                console.print(escape(line), soft_wrap=True)
         configured = data["configured"]
         where = ", ".join(configured["sources"]) or "default"
         console.print(

@@ -40,10 +40,10 @@ def test_backends_text_keeps_brackets_and_tells_availability(missing_backend: ob
     result = CliRunner().invoke(main, ["backends"])
     assert result.exit_code == 0, result.output
     assert "memory (configured)" in result.stdout
-    phantom = " ".join(
-        line for line in result.stdout.splitlines() if "phantom" in line or "escher-sched" in line
-    )
-    assert "not available" in phantom and "pip install 'escher-sched[phantom]'" in phantom
+    row = next(line for line in result.stdout.splitlines() if line.startswith("│ phantom"))
+    assert "not available" in row
+    hint = next(line for line in result.stdout.splitlines() if line.startswith("phantom: "))
+    assert hint.endswith("Install it with: pip install 'escher-sched[phantom]'")
     assert "configured backend: memory" in result.stdout
 
 

@@ -74,3 +74,23 @@ def test_module_entry_point() -> None:
         [sys.executable, "-m", "escher.cli", "--help"], capture_output=True, text=True, timeout=60
     )
     assert out.returncode == 0 and "demo" in out.stdout and "verify" in out.stdout
+
+
+def test_command_whose_module_raises_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A command module may refuse to load with BackendUnavailableError (its extra missing)."""
+    import sys
+    import types
+
+    module = types.ModuleType("escher_fake_view_cli")
+
+    def _getattr(name: str) -> object:
+        from escher.core.errors import BackendUnavailableError
+
+        raise BackendUnavailableError("needs the view extra")
+
+    module.__getattr__ = _getattr  # type: ignore[method-assign]
+    monkeypatch.setitem(sys.modules, "escher_fake_view_cli", module)
+    monkeypatch.setitem(main.lazy, "fakeview", CommandEntry("escher_fake_view_cli:view", "view"))
+    listing = CliRunner().invoke(main, ["--help"])
+    assert listing.exit_code == 0 and "escher-sched[view]" in listing.stdout
+    assert CliRunner().invoke(main, ["fakeview"]).exit_code == 69
