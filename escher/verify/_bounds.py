@@ -100,8 +100,10 @@ def slot_conflict(p: Problem) -> Conflict | None:
 
 
 def _slot_cause(p: Problem, it: Item, tset: list[int], shorts: list[list[int]]) -> str:
-    common = set(shorts[0]).intersection(*map(set, shorts))
     who = _names(p, it)
+    if not shorts:
+        return f"no alive node {who} may use"
+    common = set(shorts[0]).intersection(*map(set, shorts))
     if common:
         r = min(common)
         best = max((p.types[t].cap[r] or 0) for t in tset)

@@ -844,7 +844,9 @@ def build(
         statements=dict(part.statements),
         warnings=list(part.warnings),
     )
-    ctx.domains = domains_of(plan, part.nodes, ctx.intents, ctx.on)
+    scenario_keys = [k for k, *_ in mods.domain_apart] + [k for k, _ in mods.domain_merge]
+    scenario_keys += [k for k, *_ in mods.excess]
+    ctx.domains = domains_of(plan, part.nodes, ctx.intents, ctx.on, scenario_keys)
     pins, only = _pin_sets(ctx)
     types, node_type = node_types(ctx, pins, only)
     _statements(ctx)

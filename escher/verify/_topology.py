@@ -8,7 +8,7 @@ makes every alive node its own domain.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from escher.core.cluster import Node
@@ -75,11 +75,12 @@ def domains_of(
     nodes: Sequence[Node],
     intents: Sequence[tuple[int, Intent]],
     on: Callable[[str], bool],
+    extra: Iterable[str] = (),
 ) -> dict[str, Domains]:
-    """Domains of every key used by an active intent."""
+    """Domains of every key used by an active intent (and the `extra` keys)."""
     keys = {
         key
         for i, intent in intents
         if on(f"intent:{i}") and (key := topology_key(intent)) is not None
-    }
+    } | set(extra)
     return {key: domains_for(plan, nodes, key) for key in sorted(keys)}

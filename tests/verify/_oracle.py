@@ -45,7 +45,7 @@ def sub_instance(
 
     `types` maps capacity statement ids to the node ids they cover.
     """
-    sub = Plan()
+    sub = Plan(topologies={k: dict(v) for k, v in plan.topologies.items()})
     names = set()
     # Fix each planned resource's node selection as on the original cluster, so unbounding a
     # capacity does not change which nodes a resource-vector spec picks.

@@ -187,4 +187,24 @@ def test_documented_examples_parse_and_match_schemas() -> None:
     jsonschema.validate(json.loads(plan_json), schema("plan"))
     state = ClusterState.from_dict(json.loads(cluster_json), source="docs cluster example")
     jsonschema.validate(json.loads(cluster_json), schema("cluster"))
-    assert len(plan.intents) == 6 and len(state.nodes) == 3
+    assert len(plan.intents) == 8 and len(state.nodes) == 3 and plan.topologies
+
+
+@pytest.mark.parametrize(("name", "code"), [("plan-feasible", 0), ("plan-infeasible", 1)])
+def test_sample_plans_print_what_the_docs_show(
+    name: str, code: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import re
+
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(root)
+    out = CliRunner().invoke(
+        verify_cmd, [f"examples/verify/{name}.json", "--cluster", "examples/verify/cluster.json"]
+    )
+    assert out.exit_code == code, out.output
+    page = (root / "docs" / "verify.md").read_text()
+    section = page.split(f"`examples/verify/{name}.json` is")[1]
+    shown = re.findall(r"```text\n(.*?)```", section, re.S)[0]
+    # The first line holds the time it took; the rest is the same, line by line.
+    assert out.stdout.splitlines()[1:] == shown.splitlines()[1:]
+    assert shown.splitlines()[0].split()[0] == out.stdout.splitlines()[0].split()[0]

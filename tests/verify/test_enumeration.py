@@ -6,7 +6,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from escher.core.cluster import ClusterState
-from escher.core.plan import Colocated, Gang, PinnedTo, Plan, Separated, SpreadAtMost
+from escher.core.plan import (
+    Colocated,
+    Gang,
+    Intent,
+    PinnedTo,
+    Plan,
+    Separated,
+    SpreadAtMost,
+    SpreadEvenly,
+)
 from escher.verify import IntentStatus, Verdict, check_placement, intent_subplan, verify
 from tests.verify._oracle import cap_statement_nodes, feasible, intent_outcome, sub_instance
 
@@ -61,20 +70,46 @@ def instances(draw: st.DrawFn) -> tuple[Plan, ClusterState]:
         if replicas >= 4:
             break
     names = [t.name for t in plan.tasks]
+    if draw(st.integers(0, 3)) == 0:  # an escher-defined grouping, maybe leaving a node out
+        plan.add_topology(
+            "rack",
+            {
+                f"n{i}": draw(st.sampled_from(["r1", "r2"]))
+                for i in range(n_nodes)
+                if i or draw(st.booleans())
+            },
+        )
     for _ in range(draw(st.integers(0, 2))):
-        kind = draw(st.sampled_from(["col", "sep", "spread", "pin", "gang"]))
         tasks = tuple(sorted(set(draw(st.lists(st.sampled_from(names), min_size=1, max_size=2)))))
-        if kind == "col":
-            plan.add_intent(Colocated(tasks, source="CoLocation"))
-        elif kind == "sep":
-            plan.add_intent(Separated(tasks, source="AntiAffinity"))
-        elif kind == "spread":
-            plan.add_intent(SpreadAtMost(tasks, source="LoadBalance", per_node=2))
-        elif kind == "pin":
-            plan.add_intent(PinnedTo(tasks, source="DataLocality", nodes=("n0",)))
-        else:
-            plan.add_intent(Gang(tasks, source="Gang"))
+        plan.add_intent(draw(_intent(tasks)))
     return plan, state
+
+
+@st.composite
+def _intent(draw: st.DrawFn, tasks: tuple[str, ...]) -> Intent:
+    kind = draw(st.sampled_from(["col", "sep", "spread", "pin", "gang", "even"]))
+    key = draw(st.sampled_from([None, None, "zone", "rack"]))
+    weight = draw(st.sampled_from([0.0, 0.0, 0.0, 2.0]))
+    if kind == "col":
+        return Colocated(tasks, source="CoLocation", topology_key=key, weight=weight)
+    if kind == "sep":
+        return Separated(tasks, source="AntiAffinity", topology_key=key, weight=weight)
+    if kind == "spread":
+        per = draw(st.integers(1, 2))
+        return SpreadAtMost(
+            tasks, source="LoadBalance", per_node=per, topology_key=key, weight=weight
+        )
+    if kind == "even":
+        return SpreadEvenly(
+            tasks,
+            source="Spread",
+            topology_key=key,
+            max_skew=draw(st.integers(1, 2)),
+            weight=weight,
+        )
+    if kind == "pin":
+        return PinnedTo(tasks, source="DataLocality", nodes=("n0",), weight=weight)
+    return Gang(tasks, source="Gang")
 
 
 SETTINGS = settings(
@@ -110,7 +145,10 @@ def test_verdict_agrees_with_enumeration(inst: tuple[Plan, ClusterState]) -> Non
 def test_intent_results_agree_with_enumeration(inst: tuple[Plan, ClusterState]) -> None:
     plan, state = inst
     result = verify(plan, state, timeout=30)
-    assert len(result.intents) == len(plan.intents)
+    assert len(result.intents) == sum(1 for i in plan.intents if not i.preferred)
+    assert len(result.preferences) == (
+        sum(1 for i in plan.intents if i.preferred) if result.feasible else 0
+    )
     for r in result.intents:
         expected = intent_outcome(plan, state, r.intent)
         if r.intent.kind == "gang" and expected != "vacuous":
