@@ -175,7 +175,8 @@ def verify(
     where = _where(state, origin)
     if printer is not None:
         printer.verdict(verdict, where)
-    result = run.explain(EXPLAIN_SHARE if plan.intents and not no_intents else 1.0)
+    proofs = not no_intents and any(not i.preferred for i in plan.intents)
+    result = run.explain(EXPLAIN_SHARE if proofs else 1.0, capped=proofs)
     if printer is not None:
         printer.rest(result)
     if not no_intents:

@@ -100,7 +100,8 @@ class _Run:
 
 
 def _greedy_stage(run: _Run) -> Decision | None:
-    for strategy in STRATEGIES:
+    small = sum(it.mult for it in run.p.items) <= SMALL
+    for strategy in ("spread", "plain") if small else STRATEGIES:
         placement = run.timed(
             "greedy", partial(greedy, run.p, deadline=run.deadline, strategy=strategy)
         )

@@ -110,8 +110,8 @@ def _order_nodes(p: Problem, it: Item, strategy: str = "align") -> list[int]:
     the largest ("big") or the type order ("plain").
     """
     nres = len(p.resources)
-    holders = [sum(1 for c in p.cap if c[r] is None or c[r]) or 1 for r in range(nres)]
-    totals = [sum(c[r] or 0 for c in p.cap) or 1 for r in range(nres)]
+    holders = p.holders()
+    totals = p.totals()
     need = [max([it.single[r], *(load[r] for load in it.loads.values())]) for r in range(nres)]
     scored = []
     for t, nt in enumerate(p.types):
@@ -143,8 +143,7 @@ STRATEGIES = ("spread", "align", "big", "plain", "spread-size", "align-size")
 
 
 def _size(p: Problem, it: Item) -> float:
-    nres = len(p.resources)
-    totals = [sum(c[r] or 0 for c in p.cap) or 1 for r in range(nres)]
+    totals = p.totals()
     best = 0.0
     for load in [*it.loads.values(), it.single]:
         for r, q in enumerate(load):

@@ -147,6 +147,24 @@ class Problem:
     domains: dict[str, Domains] = field(default_factory=dict)
     rules: list[Rule] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def totals(self) -> list[int]:
+        """Per resource, the capacity of all nodes together (unbounded counts as 0), >= 1."""
+        if "totals" not in self.memo:
+            self.memo["totals"] = [
+                sum(c[r] or 0 for c in self.cap) or 1 for r in range(len(self.resources))
+            ]
+        return list(self.memo["totals"])
+
+    def holders(self) -> list[int]:
+        """Per resource, how many nodes have some of it (unbounded counts), >= 1."""
+        if "holders" not in self.memo:
+            self.memo["holders"] = [
+                sum(1 for c in self.cap if c[r] is None or c[r]) or 1
+                for r in range(len(self.resources))
+            ]
+        return list(self.memo["holders"])
 
     def cap_stmt(self, node: int, r: int) -> str:
         """The statement that bounds resource `r` on `node`."""
@@ -394,15 +412,35 @@ def apply_planned(
             total[k][res.label] = res.capacity
             avail[k][res.label] = max(0.0, res.capacity - held)
             src[k][res.label] = sid
-    keys = []
-    for k, node in enumerate(nodes):
-        c = tuple(cap_units(avail[k].get(r, 0.0), s) for r, s in zip(rnames, scale, strict=True))
-        h = tuple(
-            to_units(max(0.0, total[k].get(r, 0.0) - avail[k].get(r, 0.0)), s)
-            for r, s in zip(rnames, scale, strict=True)
-        )
-        keys.append((c, h, tuple(src[k].get(r, "") for r in rnames), type_label(node)))
+    keys = [
+        _node_key(node, avail[k], total[k], src[k], rnames, scale) for k, node in enumerate(nodes)
+    ]
     return NodePart(nodes, ids, index, keys, statements, warnings)
+
+
+def _node_key(
+    node: Node,
+    avail: dict[str, float],
+    total: dict[str, float],
+    src: dict[str, str],
+    rnames: tuple[str, ...],
+    scale: tuple[int, ...],
+) -> tuple[Any, ...]:
+    """(capacities, held, capacity sources, type label) of one node, in integer units."""
+    ridx = {r: i for i, r in enumerate(rnames)}
+    c = [cap_units(0.0, sc) for sc in scale]
+    h = [0] * len(rnames)
+    s = [""] * len(rnames)
+    for r, q in avail.items():
+        if r in ridx:
+            c[ridx[r]] = cap_units(q, scale[ridx[r]])
+    for r, q in total.items():
+        if r in ridx and q > avail.get(r, 0.0):
+            h[ridx[r]] = to_units(q - avail.get(r, 0.0), scale[ridx[r]])
+    for r, sid in src.items():
+        if r in ridx:
+            s[ridx[r]] = sid
+    return (tuple(c), tuple(h), tuple(s), type_label(node))
 
 
 _cache: list[tuple[ClusterState, tuple[Any, ...], tuple[str, ...], NodePart, list[int]]] = []

@@ -34,9 +34,9 @@ DEFAULT_TIMEOUT = 60.0
 #: proofs follow (they get the rest).
 EXPLAIN_SHARE = 0.5
 
-#: Explanation shrinking stops after max(EXPLAIN_MIN, EXPLAIN_FACTOR x the verdict's
-#: seconds) even before the deadline, saying the set is not proven minimal: the cause line
-#: and the statements found are already the answer; the rest is polish.
+#: When intent proofs follow, explanation shrinking stops after max(EXPLAIN_MIN,
+#: EXPLAIN_FACTOR x the verdict's seconds) even before the deadline, saying the set is not
+#: proven minimal: the cause line and the statements found are already the answer.
 EXPLAIN_MIN = 2.0
 EXPLAIN_FACTOR = 10.0
 
@@ -186,9 +186,11 @@ class Verifier:
             text += f" ({note})"
         return Explanation(stmts, minimal, text)
 
-    def explain(self, share: float = 1.0) -> VerificationResult:
+    def explain(self, share: float = 1.0, *, capped: bool = False) -> VerificationResult:
         """Shrink an infeasible verdict's statements to a minimal set, within `share` of the
-        time left. Stops at that limit saying the set is not proven minimal."""
+        time left (and, when `capped`, within max(EXPLAIN_MIN, EXPLAIN_FACTOR x the verdict's
+        time): intent proofs follow). Stops at that limit saying the set is not proven
+        minimal."""
         result = self.verdict()
         if self._explained or result.status is not Verdict.INFEASIBLE:
             self._explained = True
@@ -198,7 +200,7 @@ class Verifier:
         t0 = time.perf_counter()
         left = max(0.0, self.deadline - time.monotonic())
         cap = max(EXPLAIN_MIN, EXPLAIN_FACTOR * self._times.get("verdict", 0.0))
-        until = time.monotonic() + min(left * share, cap)
+        until = time.monotonic() + (min(left * share, cap) if capped else left * share)
         core, minimal = minimise(
             self.plan, self.state, self._decision.core, deadline=until, memory_mb=self.memory_mb
         )
@@ -305,7 +307,8 @@ def verify(
         plan, state, deadline=time.monotonic() + float(timeout), memory_limit_mb=memory_limit_mb
     )
     run.verdict()
-    run.explain(EXPLAIN_SHARE if check_intents and plan.intents else 1.0)
+    proofs = check_intents and any(not i.preferred for i in plan.intents)
+    run.explain(EXPLAIN_SHARE if proofs else 1.0, capped=proofs)
     if check_intents:
         for _ in run.intents():
             pass
