@@ -82,7 +82,8 @@ class _Printer:
         )
         self.console.print(where, markup=False, highlight=False)
         if result.cause:
-            self.console.print(f"cause: {result.cause}", markup=False, highlight=False)
+            label = "tightest" if result.status is Verdict.UNKNOWN else "cause"
+            self.console.print(f"{label}: {result.cause}", markup=False, highlight=False)
         if result.witness is not None:
             self.witness(result.witness)
 
@@ -104,6 +105,8 @@ class _Printer:
             self.console.print(result.explanation.render(), markup=False, highlight=False)
         for item in result.proven:
             self.console.print(f"proven: {item}", markup=False, highlight=False)
+        if result.decide_by:
+            self.console.print(f"to decide it: {result.decide_by}", markup=False, highlight=False)
         for pref in result.preferences:
             self.console.print(f"preference: {pref}", markup=False, highlight=False)
         for w in result.warnings:

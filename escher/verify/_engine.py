@@ -239,7 +239,14 @@ def _unknown(run: _Run, reason: str) -> Decision:
         reason=reason,
         cause=_tightest(run.p),
         proven=proven,
-        decide_by="more time (--timeout) for the exact packing search and Z3",
+        decide_by=(
+            "more time (--timeout) for the exact packing search and Z3"
+            + (
+                "; or fewer distinct task shapes or nodes for the exact Z3 model"
+                if run.notes
+                else ""
+            )
+        ),
         times=run.times,
     )
 

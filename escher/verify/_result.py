@@ -141,6 +141,7 @@ class VerificationResult:
             available``); for UNKNOWN: the tightest bound found.
         preferences: For FEASIBLE: which preferences (intents with a weight) the witness
             meets, one line each.
+        decide_by: For UNKNOWN: what would decide it (more time, a named constraint).
     """
 
     status: Verdict
@@ -152,6 +153,7 @@ class VerificationResult:
     stats: Mapping[str, Any] = field(default_factory=dict)
     cause: str = ""
     preferences: tuple[str, ...] = ()
+    decide_by: str = ""
 
     @property
     def feasible(self) -> bool:
@@ -175,7 +177,8 @@ class VerificationResult:
         """A readable multi-line report."""
         lines = [f"verdict: {self.status.value}"]
         if self.cause:
-            lines.append(f"cause: {self.cause}")
+            label = "tightest" if self.status is Verdict.UNKNOWN else "cause"
+            lines.append(f"{label}: {self.cause}")
         if self.witness is not None:
             n = sum(len(v) for v in self.witness.values())
             lines.append(f"witness: {n} replica(s) placed, checked independently")
@@ -184,6 +187,8 @@ class VerificationResult:
             lines.append(self.explanation.render())
         for p in self.proven:
             lines.append(f"proven: {p}")
+        if self.decide_by:
+            lines.append(f"to decide it: {self.decide_by}")
         for r in self.intents:
             line = f"intent {r.intent.describe()}: {r.status.value}"
             if r.detail:
@@ -201,6 +206,7 @@ class VerificationResult:
             "status": self.status.value,
             "exit_code": self.exit_code,
             "cause": self.cause,
+            "decide_by": self.decide_by,
             "preferences": list(self.preferences),
             "witness": dict(self.witness) if self.witness is not None else None,
             "explanation": self.explanation.to_dict() if self.explanation else None,

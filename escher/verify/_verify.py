@@ -131,6 +131,7 @@ class Verifier:
             stats=self._stats(d.problem, d.method),
             cause=d.cause,
             preferences=prefs,
+            decide_by=(d.decide_by or "more time (--timeout)") if status is Verdict.UNKNOWN else "",
         )
         return self._result
 
@@ -268,7 +269,6 @@ def _proven(d: Decision) -> list[str]:
     ]
     if d.reason:
         out.append(f"stopped: {d.reason}")
-    out.append(d.decide_by or "more time (--timeout) would let the exact search finish")
     return out
 
 
