@@ -91,6 +91,8 @@ def test_json_output_parses(name: str, tmp_path: Path) -> None:
 
 def _runnable(name: str) -> bool:
     command = main.get_command(click_context, name)
+    if isinstance(command, UnavailableCommand):  # its extra is not installed here
+        return False
     needs_input = any(p.required for p in getattr(command, "params", []))
     return name != "gc" and (name in ARGS or not needs_input)  # gc needs a real cluster
 
