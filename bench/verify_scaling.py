@@ -335,6 +335,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--repeat", type=int, default=1, help="runs per instance (medians)")
     ap.add_argument("--only", default="", help="comma-separated families to run")
+    ap.add_argument("--max-nodes", type=int, default=10**9, help="skip larger instances")
     args = ap.parse_args()
     print(
         f"{'family':>8} {'size':>14} {'tasks':>6} {'expect':>10} {'escher':>10} "
@@ -345,7 +346,7 @@ def main() -> int:
     all_agree = True
     with tempfile.TemporaryDirectory() as tmp:
         for fam, n, make in instances(args.quick, args.seed):
-            if only and fam not in only:
+            if (only and fam not in only) or n > args.max_nodes:
                 continue
             plan, cluster, feasible = make()
             expect = "feasible" if feasible else "infeasible"

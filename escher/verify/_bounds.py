@@ -119,11 +119,17 @@ def _slot_cause(p: Problem, it: Item, tset: list[int], shorts: list[list[int]]) 
 
 def totals_conflict(p: Problem) -> Conflict | None:
     """A simultaneous group that asks for more of a resource than every node has in all."""
+    demands: dict[tuple[str, int], int] = {}
+    for it in p.items:
+        for g, load in it.loads.items():
+            for r in it.nonzero:
+                if load[r]:
+                    demands[(g, r)] = demands.get((g, r), 0) + load[r] * it.mult
     for g, gsid in p.groups.items():
         for r in range(len(p.resources)):
             if r in p.created:
                 continue
-            demand = sum(it.loads[g][r] * it.mult for it in p.items if g in it.loads)
+            demand = demands.get((g, r), 0)
             caps = [c[r] for c in p.cap]
             if not demand or any(c is None for c in caps):
                 continue
@@ -194,38 +200,47 @@ def l2_bound(sizes: list[int], counts: list[int], cap: int) -> int:
 def l2_conflict(p: Problem) -> Conflict | None:
     """Per resource and group: items whose nodes all have one capacity C need more nodes (by
     L2) than there are."""
-    for g, gsid in p.groups.items():
-        for r in range(len(p.resources)):
-            if r in p.created:
-                continue
-            its = [it for it in p.items if g in it.loads and it.loads[g][r]]
-            nodes = _candidate_nodes(p, its)
-            caps = {p.cap[n][r] for n in nodes}
-            if len(caps) != 1 or None in caps:
-                continue
-            cap = caps.pop()
-            assert cap is not None
-            if not cap or not its:
-                continue
-            sizes: dict[int, int] = {}
-            for it in its:
-                sizes[it.loads[g][r]] = sizes.get(it.loads[g][r], 0) + it.mult
-            ordered = sorted(sizes)
-            if ordered[-1] > cap:
-                continue  # the slot check's case
-            need = l2_bound(ordered, [sizes[s] for s in ordered], cap)
-            if need > len(nodes):
-                core = {s for it in its for s in it.stmts | it.allowed_stmts}
-                core |= {p.cap_stmt(n, r) for n in nodes}
-                if gsid:
-                    core.add(gsid)
-                return Conflict(
-                    "Martello-Toth L2 bound",
-                    frozenset(core),
-                    f"{p.resources[r]}: the tasks need at least {need} nodes with "
-                    f"{p.quantity(r, cap)} each, {len(nodes)} exist",
-                )
+    by_res: dict[tuple[str, int], list[Item]] = {}
+    for it in p.items:
+        for g, load in it.loads.items():
+            for r in it.nonzero:
+                if load[r] and r not in p.created:
+                    by_res.setdefault((g, r), []).append(it)
+    for (g, r), its in sorted(by_res.items()):
+        found = _l2(p, g, r, its)
+        if found is not None:
+            return found
     return None
+
+
+def _l2(p: Problem, g: str, r: int, its: list[Item]) -> Conflict | None:
+    nodes = _candidate_nodes(p, its)
+    caps = {p.cap[n][r] for n in nodes}
+    if len(caps) != 1 or None in caps:
+        return None
+    cap = caps.pop()
+    if not cap:
+        return None
+    sizes: dict[int, int] = {}
+    for it in its:
+        sizes[it.loads[g][r]] = sizes.get(it.loads[g][r], 0) + it.mult
+    ordered = sorted(sizes)
+    if ordered[-1] > cap:
+        return None  # the slot check's case
+    need = l2_bound(ordered, [sizes[s] for s in ordered], cap)
+    if need <= len(nodes):
+        return None
+    gsid = p.groups[g]
+    core = {s for it in its for s in it.stmts | it.allowed_stmts}
+    core |= {p.cap_stmt(n, r) for n in nodes}
+    if gsid:
+        core.add(gsid)
+    return Conflict(
+        "Martello-Toth L2 bound",
+        frozenset(core),
+        f"{p.resources[r]}: the tasks need at least {need} nodes with "
+        f"{p.quantity(r, cap)} each, {len(nodes)} exist",
+    )
 
 
 def _candidate_nodes(p: Problem, its: list[Item]) -> set[int]:

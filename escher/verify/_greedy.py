@@ -28,32 +28,37 @@ def classes(p: Problem) -> dict[tuple[object, ...], list[int]]:
 
 
 class _Packer:
-    """Mutable per-node usage during a greedy pass or a check."""
+    """Mutable per-node usage during a greedy pass or a check (sparse: only the resources
+    an item uses are looked at, so many labels cost nothing to items that do not use them)."""
 
     def __init__(self, p: Problem) -> None:
         self.p = p
-        self.used: dict[str, dict[int, list[int]]] = {g: {} for g in p.groups}
+        self.used: dict[str, dict[int, dict[int, int]]] = {g: {} for g in p.groups}
         self.creators: dict[int, dict[int, int]] = {}
         self.tags: dict[int, dict[str, int]] = {}
 
+    def cap(self, n: int, r: int, extra: dict[int, int] | None = None) -> int | None:
+        """Capacity of resource `r` on node `n` (with creations there, and `extra` ones)."""
+        made = self.creators.get(n, {}).get(r)
+        if extra and r in extra:
+            made = max(made or 0, extra[r])
+        if made is None:
+            return self.p.cap[n][r]
+        return max(0, made - self.p.held[n][r])
+
     def capn(self, n: int, extra: dict[int, int] | None = None) -> list[int | None]:
-        cap: list[int | None] = list(self.p.cap[n])
-        made = dict(self.creators.get(n, {}))
-        for r, c in (extra or {}).items():
-            made[r] = max(made.get(r, 0), c)
-        for r, c in made.items():
-            cap[r] = max(0, c - self.p.held[n][r])
-        return cap
+        return [self.cap(n, r, extra) for r in range(len(self.p.resources))]
 
     def fit(self, it: Item, n: int, want: int) -> int:
         """How many copies of `it` (up to `want`) fit on node `n` now."""
         if it.allowed is not None and n not in it.allowed:
             return 0
-        cap = self.capn(n, it.creates)
-        if any(q and c is not None and q > c for q, c in zip(it.single, cap, strict=True)):
-            return 0
-        k = min(want, self._room(it, n, cap))
-        if k > 0 and it.creates and not self._creation_ok(it, n, cap, k):
+        for r in it.nonzero:
+            q, c = it.single[r], self.cap(n, r, it.creates)
+            if q and c is not None and q > c:
+                return 0
+        k = min(want, self._room(it, n))
+        if k > 0 and it.creates and not self._creation_ok(it, n, k):
             return 0
         if k > 0 and it.tags:
             have = self.tags.get(n, {})
@@ -62,36 +67,36 @@ class _Packer:
                     k = min(k, (self.p.limits[lid][0] - have.get(lid, 0)) // cnt)
         return max(k, 0)
 
-    def _room(self, it: Item, n: int, cap: list[int | None]) -> int:
+    def _room(self, it: Item, n: int) -> int:
         k = 1 << 62
         for g, load in it.loads.items():
-            u = self.used[g].get(n)
-            for r, q in enumerate(load):
-                c = cap[r]
+            u = self.used[g].get(n, {})
+            for r in it.nonzero:
+                q = load[r]
+                c = self.cap(n, r, it.creates)
                 if q and c is not None:
-                    k = min(k, (c - (u[r] if u else 0)) // q)
+                    k = min(k, (c - u.get(r, 0)) // q)
         return k
 
-    def _creation_ok(self, it: Item, n: int, cap: list[int | None], k: int) -> bool:
+    def _creation_ok(self, it: Item, n: int, k: int) -> bool:
         """A creation replaces the label's capacity: what is already there must still fit."""
-        zero = (0,) * len(cap)
         for g in self.p.groups:
             u = self.used[g].get(n)
             if u is None:
                 continue
+            load = it.loads.get(g)
             for r in it.creates:
-                c = cap[r]
-                if c is not None and u[r] + k * it.loads.get(g, zero)[r] > c:
+                c = self.cap(n, r, it.creates)
+                if c is not None and u.get(r, 0) + k * (load[r] if load else 0) > c:
                     return False
         return True
 
     def place(self, it: Item, n: int, k: int) -> None:
-        nres = len(self.p.resources)
         for g, load in it.loads.items():
-            u = self.used[g].setdefault(n, [0] * nres)
-            for r, q in enumerate(load):
-                if q:
-                    u[r] += q * k
+            u = self.used[g].setdefault(n, {})
+            for r in it.nonzero:
+                if load[r]:
+                    u[r] = u.get(r, 0) + load[r] * k
         if it.creates:
             made = self.creators.setdefault(n, {})
             for r, c in it.creates.items():
@@ -109,25 +114,23 @@ def _order_nodes(p: Problem, it: Item, strategy: str = "align") -> list[int]:
     ties go to the type whose capacity vector is best aligned with the request ("align"),
     the largest ("big") or the type order ("plain").
     """
-    nres = len(p.resources)
     holders = p.holders()
     totals = p.totals()
-    need = [max([it.single[r], *(load[r] for load in it.loads.values())]) for r in range(nres)]
+    need = {r: it.need(r) for r in it.nonzero if it.need(r)}
     scored = []
     for t, nt in enumerate(p.types):
-        waste = sum(
-            1.0 / holders[r]
-            for r in range(nres)
-            if not need[r] and (nt.cap[r] is None or nt.cap[r])
+        # what the type has that the item does not need, weighted by how rare it is
+        waste = p.type_spread(t) - sum(
+            1.0 / holders[r] for r in need if nt.cap[r] is None or nt.cap[r]
         )
-        capn = [(totals[r] if (cr := nt.cap[r]) is None else cr) / totals[r] for r in range(nres)]
+        capn = {r: (totals[r] if (cr := nt.cap[r]) is None else cr) / totals[r] for r in need}
         if strategy == "align":
-            reqn = [need[r] / totals[r] for r in range(nres)]
-            dot = sum(a * b for a, b in zip(reqn, capn, strict=True))
-            norm = (sum(a * a for a in reqn) * sum(b * b for b in capn)) ** 0.5 or 1.0
+            reqn = {r: need[r] / totals[r] for r in need}
+            dot = sum(reqn[r] * capn[r] for r in need)
+            norm = (sum(a * a for a in reqn.values()) * p.type_norm(t)) ** 0.5 or 1.0
             tie = -dot / norm
         elif strategy == "big":
-            tie = -sum(capn)
+            tie = -p.type_size(t)
         else:
             tie = 0.0
         scored.append((round(waste, 9), tie, t))
@@ -138,17 +141,17 @@ def _order_nodes(p: Problem, it: Item, strategy: str = "align") -> list[int]:
     return out
 
 
+#: `_spread` stops looking at more nodes once they hold this many times the copies wanted.
+SPREAD_ROOM = 4
+
 #: Node and class orders `greedy` can use; `decide` tries them in turn.
 STRATEGIES = ("spread", "align", "big", "plain", "spread-size", "align-size")
 
 
 def _size(p: Problem, it: Item) -> float:
     totals = p.totals()
-    best = 0.0
-    for load in [*it.loads.values(), it.single]:
-        for r, q in enumerate(load):
-            best = max(best, q / totals[r])
-    return best * sum(1 for _ in it.members)
+    best = max((it.need(r) / totals[r] for r in it.nonzero), default=0.0)
+    return best * len(it.members)
 
 
 def _class_order(p: Problem, constrained_first: bool = True) -> list[list[int]]:
@@ -281,7 +284,7 @@ def _spread(
             room.append((n, k))
             cum += k
         last = j + 1 == len(nodes) or p.node_type[nodes[j + 1]] != p.node_type[n]
-        if cum >= want and last:
+        if cum >= want and (last or cum >= SPREAD_ROOM * want):
             break
     if cum < want:
         return None
@@ -353,20 +356,21 @@ def check(p: Problem, placement: Placement) -> list[str]:
         errors.extend(_node_errors(p, packer, n))
     for i, it in enumerate(p.items):
         for n in placement[i]:
-            cap = packer.capn(n)
-            if any(q and cap[r] is not None and q > (cap[r] or 0) for r, q in enumerate(it.single)):
-                errors.append(f"item {i} does not fit alone on {p.node_ids[n]}")
+            for r in it.nonzero:
+                q, c = it.single[r], packer.cap(n, r)
+                if q and c is not None and q > c:
+                    errors.append(f"item {i} does not fit alone on {p.node_ids[n]}")
+                    break
     errors.extend(rule_errors(p, placement))
     return errors
 
 
 def _node_errors(p: Problem, packer: _Packer, n: int) -> list[str]:
     errors = []
-    cap = packer.capn(n)
     for g in p.groups:
         u = packer.used[g].get(n)
-        for r, q in enumerate(u or ()):
-            c = cap[r]
+        for r, q in (u or {}).items():
+            c = packer.cap(n, r)
             if c is not None and q > c:
                 errors.append(f"{p.node_ids[n]}: {p.resources[r]} over capacity ({g})")
     for lid, have in packer.tags.get(n, {}).items():

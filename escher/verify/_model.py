@@ -100,6 +100,15 @@ class Item:
     allowed: frozenset[int] | None
     stmts: frozenset[str]
     allowed_stmts: frozenset[str] = frozenset()
+    nonzero: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.nonzero:
+            self.nonzero = tuple(
+                r
+                for r in range(len(self.single))
+                if self.single[r] or any(load[r] for load in self.loads.values())
+            )
 
     def shape(self) -> tuple[Any, ...]:
         """Key of the class of interchangeable items."""
@@ -156,6 +165,38 @@ class Problem:
                 sum(c[r] or 0 for c in self.cap) or 1 for r in range(len(self.resources))
             ]
         return list(self.memo["totals"])
+
+    def type_spread(self, t: int) -> float:
+        """Sum over the resources type `t` has of 1 / (nodes that have it): how much of what
+        is rare a node of this type holds."""
+        key = f"spread:{t}"
+        if key not in self.memo:
+            holders = self.holders()
+            self.memo[key] = sum(
+                1.0 / holders[r] for r, c in enumerate(self.types[t].cap) if c is None or c
+            )
+        return float(self.memo[key])
+
+    def type_norm(self, t: int) -> float:
+        """Squared norm of type `t`'s capacity vector, each resource relative to its total."""
+        key = f"norm:{t}"
+        if key not in self.memo:
+            totals = self.totals()
+            self.memo[key] = sum(
+                ((totals[r] if c is None else c) / totals[r]) ** 2
+                for r, c in enumerate(self.types[t].cap)
+            )
+        return float(self.memo[key])
+
+    def type_size(self, t: int) -> float:
+        """Sum of type `t`'s capacities, each relative to its total."""
+        key = f"size:{t}"
+        if key not in self.memo:
+            totals = self.totals()
+            self.memo[key] = sum(
+                (totals[r] if c is None else c) / totals[r] for r, c in enumerate(self.types[t].cap)
+            )
+        return float(self.memo[key])
 
     def holders(self) -> list[int]:
         """Per resource, how many nodes have some of it (unbounded counts), >= 1."""
@@ -353,7 +394,18 @@ class NodePart:
     warnings: list[str]
 
 
-def _select(spec: Any, nodes: list[Node], avail: list[dict[str, float]]) -> list[int]:
+def _select(
+    spec: Any, nodes: list[Node], avail: list[dict[str, float]], memo: dict[Any, list[int]]
+) -> list[int]:
+    """Nodes a non-local, non-id spec picks now; `memo` keeps answers until a label they
+    depend on changes."""
+    key = (spec.having, tuple(sorted((spec.labels or {}).items())), spec.num_nodes)
+    if key not in memo:
+        memo[key] = _select_now(spec, nodes, avail)
+    return memo[key]
+
+
+def _select_now(spec: Any, nodes: list[Node], avail: list[dict[str, float]]) -> list[int]:
     from escher.core.resources import Resources
 
     chosen = []
@@ -385,6 +437,7 @@ def apply_planned(
     total = [dict(n.total.items()) for n in nodes]
     src: list[dict[str, str]] = [{} for _ in nodes]
     statements: dict[str, Statement] = {}
+    memo: dict[Any, list[int]] = {}
     for i, res in enumerate(plan.resources):
         spec = res.node_spec
         if spec.is_local:
@@ -396,7 +449,7 @@ def apply_planned(
         if spec.node_id is not None:
             chosen = [index[spec.node_id]] if spec.node_id in index else []
         else:
-            chosen = _select(spec, nodes, avail)
+            chosen = _select(spec, nodes, avail, memo)
         if not chosen:
             warnings.append(f"{res.source}: {spec.describe()} selects no node; it creates nothing.")
         sid = f"res:{i}"
@@ -407,13 +460,18 @@ def apply_planned(
             f"({len(chosen)} node(s), {res.source})",
             res.source,
         )
+        for key in [k for k in memo if k[0] is not None and res.label in k[0]]:
+            del memo[key]  # availability of this label changes below
         for k in chosen:
             held = max(0.0, total[k].get(res.label, 0.0) - avail[k].get(res.label, 0.0))
             total[k][res.label] = res.capacity
             avail[k][res.label] = max(0.0, res.capacity - held)
             src[k][res.label] = sid
+    ridx = {r: i for i, r in enumerate(rnames)}
+    zero = [cap_units(0.0, sc) for sc in scale]
     keys = [
-        _node_key(node, avail[k], total[k], src[k], rnames, scale) for k, node in enumerate(nodes)
+        _node_key(node, avail[k], total[k], src[k], ridx, scale, zero)
+        for k, node in enumerate(nodes)
     ]
     return NodePart(nodes, ids, index, keys, statements, warnings)
 
@@ -423,14 +481,14 @@ def _node_key(
     avail: dict[str, float],
     total: dict[str, float],
     src: dict[str, str],
-    rnames: tuple[str, ...],
+    ridx: dict[str, int],
     scale: tuple[int, ...],
+    zero: list[int],
 ) -> tuple[Any, ...]:
     """(capacities, held, capacity sources, type label) of one node, in integer units."""
-    ridx = {r: i for i, r in enumerate(rnames)}
-    c = [cap_units(0.0, sc) for sc in scale]
-    h = [0] * len(rnames)
-    s = [""] * len(rnames)
+    c = list(zero)
+    h = [0] * len(ridx)
+    s = [""] * len(ridx)
     for r, q in avail.items():
         if r in ridx:
             c[ridx[r]] = cap_units(q, scale[ridx[r]])
