@@ -201,8 +201,9 @@ class _Replica:
     duration: float
     user: str
     request: Resources
-    ref: TaskRef | None = None
+    ref: TaskRef | None = None  # dropped once it finished (100,000s of handles slow GC)
     finish: float | None = None
+    node: str | None = None
     dispatched: bool = False
 
 
@@ -345,11 +346,12 @@ def _run(
             duration=row.duration,
         )
         row.ref = ref = backend.launch(spec)
-        ref.add_done_callback(lambda _ref: finished(row))
+        ref.add_done_callback(lambda done: finished(row, done))
         return ref
 
-    def finished(row: _Replica) -> None:
-        row.finish = clock.now()
+    def finished(row: _Replica, ref: TaskRef) -> None:
+        if ref.started():
+            row.finish, row.node, row.ref = clock.now(), ref.node_id, None
         if dispatcher is not None:
             dispatcher.done(row)
 
@@ -379,8 +381,7 @@ def _pool(state: ClusterState) -> Resources:
 
 
 def _outcome(row: _Replica, timing: Any, origin: float) -> TaskOutcome:
-    ref = row.ref
-    if ref is None or not ref.started() or row.finish is None:
+    if row.finish is None:
         return TaskOutcome(
             timing.task.name, row.replica, row.user, timing.job, row.arrival, None, None, None
         )
@@ -393,7 +394,7 @@ def _outcome(row: _Replica, timing: Any, origin: float) -> TaskOutcome:
         row.arrival,
         finish - row.duration,
         finish,
-        ref.node_id,
+        row.node,
     )
 
 
@@ -434,7 +435,7 @@ def _never(
 ) -> list[NeverPlaced]:
     stuck: dict[int, list[_Replica]] = {}
     for row in rows:
-        if row.ref is None or not row.ref.started():
+        if row.finish is None:
             stuck.setdefault(row.timing, []).append(row)
     if not stuck:
         return []
