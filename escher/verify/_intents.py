@@ -235,12 +235,25 @@ class IntentProver:
         self.memory_mb = memory_mb
         self.cache: dict[Hashable, tuple[IntentStatus, str, list[list[str]] | None]] = {}
         self.labels = frozenset(r for n in state.nodes.values() if n.alive for r in n.total)
+        self._subs: dict[int, tuple[Plan, Hashable]] = {}
+
+    def shape(self, index: int) -> Hashable:
+        """The policy shape of the plan's `index`-th intent (equal shapes share one proof)."""
+        intent = self.plan.intents[index]
+        if index not in self._subs:
+            sub = intent_subplan(self.plan, intent)
+            self._subs[index] = (sub, _canon(sub, intent, self.labels))
+        return self._subs[index][1]
+
+    def known(self, index: int) -> bool:
+        """True if a proof of the same shape is cached."""
+        return self.shape(index) in self.cache
 
     def prove(self, index: int, *, deadline: float) -> IntentResult:
         """The result for the plan's `index`-th intent, deciding by `deadline`."""
         intent = self.plan.intents[index]
-        sub = intent_subplan(self.plan, intent)
-        key = _canon(sub, intent, self.labels)
+        key = self.shape(index)
+        sub = self._subs[index][0]
         hit = self.cache.get(key)
         if hit is not None:
             return self._from_cache(intent, sub, hit)

@@ -215,15 +215,18 @@ class Verifier:
         return self._result
 
     def intents(self) -> Iterator[IntentResult]:
-        """Prove the declared intents one by one (each gets its share of the time left)."""
+        """Prove the declared intents one by one. Intents of one policy shape share a proof;
+        each shape not proven yet gets its share of the time left."""
         self.verdict()
         prover = IntentProver(self.plan, self.state, memory_mb=self.memory_mb)
         pending = [i for i, x in enumerate(self.plan.intents) if not x.preferred]
         t0 = time.perf_counter()
+        shapes = {i: prover.shape(i) for i in pending}
         while pending:
             index = pending.pop(0)
             left = max(0.0, self.deadline - time.monotonic())
-            until = time.monotonic() + left / (len(pending) + 1)
+            todo = {shapes[i] for i in [index, *pending] if not prover.known(i)}
+            until = time.monotonic() + left / max(1, len(todo))
             r = prover.prove(index, deadline=until)
             self._intents.append(r)
             yield r
