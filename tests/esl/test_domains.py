@@ -360,3 +360,67 @@ def test_why_says_a_task_waits_for_a_free_zone() -> None:
         assert "every node of zone=" in next(iter(placed.labels.values())).meaning
         escher.get(refs, timeout=100)
     backend.close()
+
+
+# --- the verifier ------------------------------------------------------------------------------
+def verified(plan: object, backend: MemoryBackend) -> object:
+    from escher.verify import verify
+
+    return verify(plan, backend.get_cluster_state(), timeout=60)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "declare",
+    [
+        lambda b: DomainAntiAffinity("zone", b).declare(None, "w", count=3, resources={"CPU": 1}),
+        lambda b: DomainAntiAffinity("zone", b, per_domain=2).declare(
+            None, "w", count=5, resources={"CPU": 1}
+        ),
+        lambda b: DomainSpread("zone", b, max_skew=1).declare(
+            None, "w", count=7, resources={"CPU": 1}
+        ),
+        lambda b: (
+            DomainColocation("zone", b)
+            .group("g", 4)
+            .declare(None, "g", count=4, resources={"CPU": 1})
+        ),
+        lambda b: DomainSpread(Topology("rack", {"n0": "r1", "n2": "r1", "n4": "r2"}), b).declare(
+            None, "r", count=4, resources={"CPU": 1}
+        ),
+    ],
+    ids=["anti-affinity", "per-domain", "spread", "colocation", "escher-grouping"],
+)
+def test_declared_domain_intents_are_proven(declare: object) -> None:
+    from escher.verify import IntentStatus, Verdict
+
+    backend = zoned(["a", "a", "b", "b", "c"])
+    result = verified(declare(backend), backend)  # type: ignore[operator]
+    assert result.status is Verdict.FEASIBLE, result  # type: ignore[attr-defined]
+    for intent in result.intents:  # type: ignore[attr-defined]
+        assert intent.status is IntentStatus.PROVEN, (intent.intent.describe(), intent.detail)
+        assert intent.intent.topology_key in ("zone", "rack")
+    backend.close()
+
+
+def test_more_than_one_per_zone_at_once_is_infeasible() -> None:
+    from escher.verify import Verdict
+
+    backend = zoned(["a", "a", "b"])
+    plan = DomainAntiAffinity("zone", backend).declare(None, "w", count=3, resources={"CPU": 1})
+    assert [t.name for t in plan.tasks] == ["w@a", "w@b", "w@waiting"]
+    result = verified(plan, backend)
+    assert result.status is Verdict.INFEASIBLE  # type: ignore[attr-defined]
+    assert "w@waiting" in str(result.explanation.render())  # type: ignore[attr-defined]
+    backend.close()
+
+
+def test_declared_preferences_are_reported_not_required() -> None:
+    from escher.esl import Preferences, PreferNodes, PreferSpread
+    from escher.verify import Verdict
+
+    backend = zoned(["a", "a", "b", "b", "c"])
+    prefs = Preferences(PreferNodes({"zone": "a"}, weight=3), PreferSpread("zone"), backend=backend)
+    result = verified(prefs.declare(None, "p", count=4, resources={"CPU": 1}), backend)
+    assert result.status is Verdict.FEASIBLE  # type: ignore[attr-defined]
+    assert len(result.preferences) == 2  # type: ignore[attr-defined]
+    backend.close()
