@@ -118,7 +118,20 @@ class PreferNodes(Term):
         return PinnedTo(names, source=source, nodes=nodes, weight=self.weight)
 
 
-class PreferTogether(Term):
+class _AmongTasks(Term):
+    """A term about where the ESL's live tasks are, per node or per domain of `topology`."""
+
+    def __init__(self, topology: TopologyLike | None = None, *, weight: float = 1.0) -> None:
+        self.topology = None if topology is None else Topology.of(topology)
+        self.weight = _weight(weight)
+
+    @property
+    def key(self) -> str | None:
+        """The topology key of the declared intent (None: per node)."""
+        return None if self.topology is None else self.topology.key
+
+
+class PreferTogether(_AmongTasks):
     """Prefer the nodes (or domains of `topology`) where the ESL's live tasks are.
 
     Args:
@@ -126,19 +139,14 @@ class PreferTogether(Term):
         weight: Added to a node whose node (domain) holds a live task.
     """
 
-    def __init__(self, topology: TopologyLike | None = None, *, weight: float = 1.0) -> None:
-        self.topology = None if topology is None else Topology.of(topology)
-        self.weight = _weight(weight)
-
     def score(self, node: Node, where: _Where) -> float:
         return self.weight if where.count(self.topology, node) else 0.0
 
     def intent(self, names: tuple[str, ...], source: str, state: ClusterState) -> Intent:
-        key = None if self.topology is None else self.topology.key
-        return Colocated(names, source=source, topology_key=key, weight=self.weight)
+        return Colocated(names, source=source, topology_key=self.key, weight=self.weight)
 
 
-class PreferApart(Term):
+class PreferApart(_AmongTasks):
     """Prefer nodes (or domains of `topology`) without the ESL's live tasks.
 
     Args:
@@ -146,19 +154,14 @@ class PreferApart(Term):
         weight: Subtracted where a live task is.
     """
 
-    def __init__(self, topology: TopologyLike | None = None, *, weight: float = 1.0) -> None:
-        self.topology = None if topology is None else Topology.of(topology)
-        self.weight = _weight(weight)
-
     def score(self, node: Node, where: _Where) -> float:
         return -self.weight if where.count(self.topology, node) else 0.0
 
     def intent(self, names: tuple[str, ...], source: str, state: ClusterState) -> Intent:
-        key = None if self.topology is None else self.topology.key
-        return Separated(names, source=source, topology_key=key, weight=self.weight)
+        return Separated(names, source=source, topology_key=self.key, weight=self.weight)
 
 
-class PreferSpread(Term):
+class PreferSpread(_AmongTasks):
     """Prefer nodes (or domains of `topology`) holding fewer of the ESL's live tasks.
 
     Args:
@@ -166,16 +169,13 @@ class PreferSpread(Term):
         weight: Subtracted once per live task already in the node's node (domain).
     """
 
-    def __init__(self, topology: TopologyLike | None = None, *, weight: float = 1.0) -> None:
-        self.topology = None if topology is None else Topology.of(topology)
-        self.weight = _weight(weight)
-
     def score(self, node: Node, where: _Where) -> float:
         return -self.weight * where.count(self.topology, node)
 
     def intent(self, names: tuple[str, ...], source: str, state: ClusterState) -> Intent:
-        key = None if self.topology is None else self.topology.key
-        return SpreadEvenly(names, source=source, topology_key=key, max_skew=1, weight=self.weight)
+        return SpreadEvenly(
+            names, source=source, topology_key=self.key, max_skew=1, weight=self.weight
+        )
 
 
 class Preferences(ESL):
