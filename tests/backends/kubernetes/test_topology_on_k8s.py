@@ -78,9 +78,11 @@ def test_one_pod_per_zone_at_a_time(backend: Any) -> None:
 
 def test_spread_over_zones_with_max_skew(backend: Any) -> None:
     with DomainSpread("zone", max_skew=1, name="dspr-k8s") as spread:
-        refs = [spread.launch(_tasks.where, resources={"CPU": 1}) for _ in range(4)]
-        nodes = escher.get(refs, timeout=WAIT)
-    assert sorted(Counter(ZONES[n] for n in nodes).values()) == [2, 2]
+        # long enough that all four are live at once (the skew counts live tasks)
+        refs = [spread.launch(_tasks.span, 3.0, resources={"CPU": 1}) for _ in range(4)]
+        assert sorted(spread.counts.values()) == [2, 2]
+        spans = escher.get(refs, timeout=WAIT)
+    assert sorted(Counter(ZONES[s[2]] for s in spans).values()) == [2, 2]
 
 
 def test_a_group_stays_in_one_zone(backend: Any) -> None:

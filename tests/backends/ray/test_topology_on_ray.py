@@ -68,10 +68,12 @@ def test_one_task_per_zone_at_a_time(backend: Any) -> None:
 def test_spread_over_zones_with_max_skew(backend: Any) -> None:
     zone = zones(backend)
     with DomainSpread("zone", max_skew=1, name="dspr-ray") as spread:
-        refs = [spread.launch(where, resources={"CPU": 1}) for _ in range(4)]
-        nodes = escher.get(refs, timeout=WAIT)
+        # long enough that all four are live at once (the skew counts live tasks)
+        refs = [spread.launch(span, 3.0, resources={"CPU": 1}) for _ in range(4)]
+        assert sorted(spread.counts.values()) == [2, 2]
+        spans = escher.get(refs, timeout=WAIT)
         assert wait_until(lambda: not any(spread.counts.values()), timeout=10)
-    per_zone = Counter(zone[n] for n in nodes)
+    per_zone = Counter(zone[s[2]] for s in spans)
     assert sorted(per_zone.values()) == [2, 2]
 
 
