@@ -5,9 +5,12 @@ Every row runs the same workload (N tasks of 1 CPU, 1 simulated second each, on 
 in the same run. The gang rows use the real-time backend (ghost reservations block), with
 their own real-time baseline. Usage: python bench/esl_overhead.py [--quick]
 
-Every row's work per task is flat from 800 to 4000 tasks (cProfile call counts: none ~280,
-colocation ~690, unknown_group ~750, lb_and_colocation ~1270, bin_packing ~640, gang_native
-~290). What remains below 1.0x is per-group or per-launch work the policy needs: a known group
+Every row's work per task is flat from 800 to 4000 tasks (cProfile call counts per task at
+800: none ~300, colocation ~710, unknown_group ~750, lb_and_colocation ~1270, bin_packing
+~680, gang_native ~300, domain_anti_affinity ~1270, domain_spread ~930, domain_colocation
+~780, preferences ~3100; the wall-clock rates of a busy machine move more than these). The
+domain rows read the cluster at each launch to pick a domain with room; preferences also write
+and delete a steering label per steered task. What remains below 1.0x is per-group or per-launch work the policy needs: a known group
 takes a cluster snapshot to choose its node, creates its label and deletes it when its members
 are done, and is a request shape of its own in the queue; an unknown group's first member sets
 the label from inside its body; BinPacking reads the cluster before each launch to decide

@@ -33,7 +33,6 @@ from escher.core.nodespec import NodeSpec
 from escher.core.plan import Colocated, Intent, Separated, SpreadAtMost, SpreadEvenly
 from escher.core.resources import MAX_CAPACITY, Resources
 from escher.core.task import TaskRef, TaskSpec
-from escher.esl._constraint import Constraint
 from escher.esl._esl import ESL
 from escher.esl._explain import Contribution, LabelNote
 from escher.esl._plan_parts import PlanParts
@@ -347,6 +346,7 @@ class DomainColocation(ESL):
             key = self.topology.key
             raise ValidationError(f"{self.source}: no alive node has a {key!r} domain.")
         self.groups: dict[str, DomainGroup] = {}
+        self.domains = DomainLabels(self, self.topology, "d")
 
     def group(
         self, name: str, size: int | None = None, resources: Mapping[str, float] | None = None
@@ -384,11 +384,16 @@ class DomainColocation(ESL):
 class DomainGroup(Policy):
     """One group of a `DomainColocation`; launch its members with `launch`.
 
+    Members request their domain's label (shared by every group in that domain: a group
+    only needs its members kept inside its domain), written the first time a group goes
+    there.
+
     Attributes:
         name: The group's name.
-        label: Its label (on every node of its domain once chosen).
         size: Number of members (None: open).
         domain: Its domain (None until the first member is launched).
+        label: The label its members request: its domain's once chosen (before that, a
+            label of its own that exists nowhere, so a member never runs outside it).
     """
 
     def __init__(self, owner: DomainColocation, name: str, size: int | None, resources: Resources):
@@ -400,8 +405,6 @@ class DomainGroup(Policy):
         self.label = owner.label(f"g-{name}")
         self.domain: str | None = None
         self.refs: list[TaskRef] = []
-        self._finished = 0
-        owner.own(self.label, restorable=False, why_not="the group's domain was chosen")
 
     @property
     def source(self) -> str:
@@ -409,9 +412,6 @@ class DomainGroup(Policy):
 
     def default_resources(self) -> Mapping[str, float]:
         return self.resources
-
-    def constraint(self) -> Constraint:
-        return Constraint(Resources({self.label: 1}), source=self.source)
 
     def before_launch(self, spec: TaskSpec) -> TaskSpec:
         """Refuse a member beyond the size; the first member chooses the group's domain."""
@@ -424,25 +424,17 @@ class DomainGroup(Policy):
                 )
             if self.domain is None:
                 state = self.backend.get_cluster_state()
-                need = spec.resources - Resources({self.label: 1})
-                domain = owner.choose_domain(need, self.size or 1, state)
+                domain = owner.choose_domain(spec.resources, self.size or 1, state)
                 if domain is not None:
                     nodes = owner.topology.domains(state)[domain]
-                    write_domain(owner, {self.label: MAX_CAPACITY}, owner.topology, domain, nodes)
+                    self.label = owner.domains.label(domain, nodes)
                     self.domain = domain
-        return spec
+            label = self.label
+        return dataclasses.replace(spec, resources=spec.resources + {label: 1})
 
     def after_launch(self, ref: TaskRef) -> None:
         with self.owner._lock:
             self.refs.append(ref)
-
-    def task_done(self, ref: TaskRef) -> None:
-        """Once every member of a group of known size ended, its label goes."""
-        with self.owner._lock:
-            self._finished += 1
-            complete = self.size is not None and self._finished >= self.size
-        if complete and not self.owner.closed:
-            self.owner.forget_known(self.label)
 
     def plan_parts(self, count: int, resources: Resources) -> PlanParts:
         """The group's label on its domain (chosen now if no member was launched yet)."""
@@ -451,8 +443,9 @@ class DomainGroup(Policy):
         domain = self.domain
         if domain is None:
             domain = owner.choose_domain(resources, self.size or count, state)
+        label = self.label if domain is None else owner.label(f"d-{domain}")
         parts = PlanParts(
-            request=Resources({self.label: 1}), topologies=owner.topology.plan_topologies()
+            request=Resources({label: 1}), topologies=owner.topology.plan_topologies()
         )
         if domain is not None:
             selector = owner.topology.selector(domain)
@@ -460,7 +453,7 @@ class DomainGroup(Policy):
                 wheres: list[Any] = [NodeSpec.with_labels(selector)]
             else:
                 wheres = list(owner.topology.domains(state).get(domain, []))
-            parts.resources.extend((self.label, MAX_CAPACITY, w, source) for w in wheres)
+            parts.resources.extend((label, MAX_CAPACITY, w, source) for w in wheres)
         key = owner.topology.key
         parts.intents.append(lambda names: Colocated(names, source=source, topology_key=key))
         return parts
