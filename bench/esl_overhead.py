@@ -5,17 +5,16 @@ Every row runs the same workload (N tasks of 1 CPU, 1 simulated second each, on 
 in the same run. The gang rows use the real-time backend (ghost reservations block), with
 their own real-time baseline. Usage: python bench/esl_overhead.py [--quick]
 
-Every row's work per task is flat from 800 to 4000 tasks (cProfile call counts per task at
-800: none ~300, colocation ~710, unknown_group ~750, lb_and_colocation ~1270, bin_packing
-~680, gang_native ~300, domain_anti_affinity ~1270, domain_spread ~930, domain_colocation
-~780, preferences ~3100; the wall-clock rates of a busy machine move more than these). The
-domain rows read the cluster at each launch to pick a domain with room; preferences also write
-and delete a steering label per steered task. What remains below 1.0x is per-group or per-launch work the policy needs: a known group
-takes a cluster snapshot to choose its node, creates its label and deletes it when its members
-are done, and is a request shape of its own in the queue; an unknown group's first member sets
-the label from inside its body; BinPacking reads the cluster before each launch to decide
-whether a node joins. Before issue 3 the blocked shapes, pending gangs, pending groups and
-BinPacking's promises were rescanned on every event (0.01-0.03x at 4000 tasks).
+Every row's work per task is flat from 800 to 4000 tasks. cProfile call counts per task at
+800 tasks (steadier than the wall-clock rates of a busy machine): none ~300, colocation ~710,
+unknown_group ~750, lb_and_colocation ~1270, bin_packing ~680, gang_native ~300,
+domain_anti_affinity ~1270, domain_spread ~930, domain_colocation ~780, preferences ~3100.
+What remains below 1.0x is per-group or per-launch work the policy needs: a known group takes
+a cluster snapshot to choose its node, creates its label and deletes it when its members are
+done, and is a request shape of its own in the queue; an unknown group's first member sets the
+label from inside its body; BinPacking and the domain ESLs read the cluster before each
+launch (to grow the pack set, to pick a domain with room); Preferences also writes and deletes
+a steering label per steered task.
 """
 
 from __future__ import annotations
