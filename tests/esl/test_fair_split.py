@@ -1,4 +1,4 @@
-"""Fair sharing follows the weights cluster-wide, not node by node (issue 3, item 1)."""
+"""Fair sharing follows the weights cluster-wide, not node by node."""
 
 from __future__ import annotations
 
