@@ -5,14 +5,19 @@ starts the pod's container command as a subprocess of the test process, ignoring
 with the pod's environment resolved the way the kubelet does (including the downward API:
 ``NODE_NAME`` from ``spec.nodeName``), plus ``KUBECONFIG`` so code in the "pod" can reach the
 apiserver and ``ESCHER_TERMINATION_LOG`` pointing at a temp file that stands in for the
-container's termination-message path. When the process exits, the pod becomes Succeeded
-(exit 0) or Failed, with the file's first 4096 bytes as the termination message, as the
-kubelet does. Deleting a pod kills its process.
+container's termination-message path. Like the kubelet, it hands the pod its ServiceAccount's
+token (a TokenRequest bound to the pod, valid while the pod exists): ``KUBECONFIG`` names a
+kubeconfig that authenticates as ``system:serviceaccount:<namespace>:<account>``, so the pod
+has exactly its account's permissions. A pod with ``automountServiceAccountToken: false``
+gets the kubeconfig given to the kubelet instead (``kubeconfig=``).
+When the process exits, the pod becomes Succeeded (exit 0) or Failed, with the file's first
+4096 bytes as the termination message, as the kubelet does. Deleting a pod kills its process.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -39,9 +44,12 @@ class ExecKubelet(FakeKubelet):
 
     Args:
         api: A `CoreV1Api`.
-        kubeconfig: Passed to the processes as ``KUBECONFIG``.
+        kubeconfig: Passed to the processes as ``KUBECONFIG`` when they get no token (see
+            ``service_account_tokens``).
         cwd: Working directory (and ``PYTHONPATH`` head) of the processes.
         max_seconds: A process running longer is killed and its pod fails.
+        service_account_tokens: Give each pod a token of its ServiceAccount (as the kubelet
+            does) instead of ``kubeconfig``.
         **kwargs: `FakeKubelet` options (node_names, start_delay, poll_seconds).
     """
 
@@ -52,12 +60,14 @@ class ExecKubelet(FakeKubelet):
         kubeconfig: str,
         cwd: str,
         max_seconds: float = 120.0,
+        service_account_tokens: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(api, run_seconds=None, **kwargs)
         self.kubeconfig = kubeconfig
         self.cwd = cwd
         self.max_seconds = max_seconds
+        self.service_account_tokens = service_account_tokens
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self._proc_lock = threading.Lock()
         self._tmp = Path(tempfile.mkdtemp(prefix="escher-exec-kubelet-"))
@@ -98,12 +108,49 @@ class ExecKubelet(FakeKubelet):
             elif var.value_from is not None and var.value_from.field_ref is not None:
                 getter = _FIELD_REFS.get(var.value_from.field_ref.field_path)
                 env[var.name] = str(getter(pod)) if getter else ""
-        env["KUBECONFIG"] = self.kubeconfig
+        env["KUBECONFIG"] = self._pod_kubeconfig(pod)
         env["ESCHER_TERMINATION_LOG"] = str(message_path)
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (self.cwd, os.environ.get("PYTHONPATH", "")) if p
         )
         return env
+
+    def _pod_kubeconfig(self, pod: Any) -> str:
+        """A kubeconfig with the pod's ServiceAccount token (or the kubelet's own)."""
+        if not self.service_account_tokens or pod.spec.automount_service_account_token is False:
+            return self.kubeconfig
+        from kubernetes import client
+
+        ns, name, uid = pod.metadata.namespace, pod.metadata.name, pod.metadata.uid
+        account = pod.spec.service_account_name or "default"
+        request = client.AuthenticationV1TokenRequest(
+            spec=client.V1TokenRequestSpec(
+                audiences=[],
+                expiration_seconds=3600,
+                bound_object_ref=client.V1BoundObjectReference(
+                    api_version="v1", kind="Pod", name=name, uid=uid
+                ),
+            )
+        )
+        token = self.api.create_namespaced_service_account_token(account, ns, request)
+        conf = self.api.api_client.configuration
+        kubeconfig = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "c",
+                    "cluster": {"server": conf.host, "certificate-authority": conf.ssl_ca_cert},
+                }
+            ],
+            "users": [{"name": "u", "user": {"token": token.status.token}}],
+            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+            "current-context": "c",
+        }
+        path = self._tmp / f"{uid}.kubeconfig"
+        path.write_text(json.dumps(kubeconfig))
+        os.chmod(path, 0o600)
+        return str(path)
 
     def _spawn(self, pod: Any) -> None:
         container = pod.spec.containers[0]
@@ -114,10 +161,15 @@ class ExecKubelet(FakeKubelet):
         message_path = self._tmp / f"{uid}.termination-log"
         message_path.write_bytes(b"")
         try:
+            env = self._env(pod, container, message_path)
+        except Exception as exc:  # e.g. the TokenRequest was refused
+            self._terminate(pod, 126, f"cannot prepare the pod's environment: {exc}")
+            return
+        try:
             proc = subprocess.Popen(
                 argv,
                 cwd=self.cwd,
-                env=self._env(pod, container, message_path),
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=open(self._tmp / f"{uid}.stderr", "wb"),  # noqa: SIM115

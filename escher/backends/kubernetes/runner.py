@@ -6,6 +6,11 @@ API, and `escher.node_id()`), runs the call, and writes the outcome to the conta
 termination message (``$ESCHER_TERMINATION_LOG``, default ``/dev/termination-log``). The
 exit code is 0 when the call returned and 1 when it raised.
 
+Before it unpickles anything, it compares its Python version with the driver's
+(``$ESCHER_PYTHON``, e.g. ``3.11``, set in the pod by the driver): a pickled function only
+loads in the same minor version, so a mismatch fails the task at once with a
+`TaskFailedError` that names both versions and how to build a matching image.
+
 Connection: the pod's service account when ``$KUBERNETES_SERVICE_HOST`` is set, else
 ``$KUBECONFIG``.
 """
@@ -26,8 +31,31 @@ from escher.backends.kubernetes._payload import (
     encode_error,
     encode_value,
 )
+from escher.core.errors import TaskFailedError
 
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
+#: Environment variable with the driver's Python version ("3.11"), set in the task's pod.
+PYTHON_ENV = "ESCHER_PYTHON"
+
+
+def python_version_tag() -> str:
+    """This interpreter's ``major.minor`` version, e.g. ``"3.11"``."""
+    return f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def version_mismatch(driver: str | None, task_name: str) -> TaskFailedError | None:
+    """The error to report when the driver's Python (``driver``) is not this one's."""
+    here = python_version_tag()
+    if not driver or driver == here:
+        return None
+    image = os.environ.get("ESCHER_K8S_IMAGE") or "the task's image"
+    return TaskFailedError(
+        f"task {task_name!r} comes from a driver running Python {driver}, but {image} runs "
+        f"Python {here}: a pickled function only loads in the same minor version. Build the "
+        f"runner image for the driver's version (docker build --build-arg "
+        f"PYTHON_VERSION={driver} ...; see the Dockerfile) or run the driver on Python {here}.",
+        task_name=task_name,
+    )
 
 
 def _write(message: str) -> None:
@@ -57,6 +85,10 @@ def _worker_backend() -> Any:
 def main() -> int:
     """Run the task of this pod; return the process exit code."""
     name = os.environ.get("ESCHER_TASK_NAME", "task")
+    mismatch = version_mismatch(os.environ.get(PYTHON_ENV), name)
+    if mismatch is not None:
+        _write(encode_error(mismatch))
+        return 1
     try:
         fn, args, kwargs = decode_task(os.environ[TASK_ENV])
     except Exception as exc:

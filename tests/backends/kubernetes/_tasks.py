@@ -25,3 +25,9 @@ def env_node() -> tuple[str, str]:
     import os
 
     return escher.node_id(), os.environ.get("NODE_NAME", "")
+
+
+def set_own_label(label: str, capacity: int) -> str:
+    """Create `label` on the task's own node (as the pod's ServiceAccount); return the node."""
+    escher.set_resource(label, capacity)
+    return escher.node_id()

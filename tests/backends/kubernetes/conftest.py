@@ -3,6 +3,12 @@
 Session-scoped: started once (about 5 s), with fake nodes in two pools and an `ExecKubelet`
 that runs the pods' commands as local processes. Every test that uses it is marked ``k8s``
 and is skipped, with the reason, when the binaries of scripts/provision-k8s.sh are missing.
+
+The manifests of the deploy section of docs/kubernetes.md (Namespace, ServiceAccount, RBAC)
+are applied as written. With ``ESCHER_K8S_AUTH=rbac`` the plane runs ``Node,RBAC``
+authorization and escher (the backends the tests build, and their task pods) runs as that
+ServiceAccount, in its namespace; by default it runs ``AlwaysAllow`` as the admin in
+namespace ``default``. ``ESCHER_K8S_BIN`` picks other Kubernetes binaries.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.deploy_docs import ESCHER_ACCOUNT, ESCHER_NAMESPACE, deploy_manifests
 from tests.support.k8s_control_plane import ControlPlane, add_fake_node, binaries_available
 
 REPO = Path(__file__).resolve().parents[3]
@@ -25,6 +32,14 @@ POOLS = {
     "extra": ["k8s-x1", "k8s-x2"],
 }
 IMAGE = "escher-test-runner:local"  # ignored by the exec kubelet
+#: Environment variable: "rbac" runs the plane with Node,RBAC and escher as its ServiceAccount.
+AUTH_ENV = "ESCHER_K8S_AUTH"
+
+
+def rbac_mode() -> bool:
+    """True when the k8s tests run with RBAC, as escher's ServiceAccount."""
+    return os.environ.get(AUTH_ENV, "").strip().lower() == "rbac"
+
 
 SKIP_REASON = (
     "Kubernetes control-plane binaries missing: run scripts/provision-k8s.sh "
@@ -61,19 +76,28 @@ class K8sCluster:
     api: Any
     kubelet: Any
     made: list[Any] = field(default_factory=list)
+    #: Namespace of escher's pods.
+    namespace: str = "default"
+    #: The kubeconfig escher uses: the admin's, or (RBAC) its ServiceAccount's.
+    escher_kubeconfig: str = ""
 
     @property
     def kubeconfig(self) -> str:
-        return str(self.cp.kubeconfig_path)
+        return self.escher_kubeconfig or str(self.cp.kubeconfig_path)
+
+    @property
+    def rbac(self) -> bool:
+        return self.cp.authorization == "RBAC"
 
     def backend(self, pool: str = "conformance", **options: Any) -> Any:
         from escher.backends.kubernetes import KubernetesBackend
 
         opts: dict[str, Any] = {
             "kubeconfig": self.kubeconfig,
-            "namespace": "default",
+            "namespace": self.namespace,
             "image": IMAGE,
             "node_selector": {POOL_LABEL: pool},
+            "service_account": ESCHER_ACCOUNT,
         }
         opts.update(options)
         return KubernetesBackend(**opts)
@@ -87,7 +111,16 @@ def k8s_cluster() -> Iterator[K8sCluster]:
     pytest.importorskip("kubernetes", reason="needs pip install 'escher-sched[k8s]'")
     from tests.support.exec_kubelet import ExecKubelet
 
-    with ControlPlane() as cp:
+    rbac = rbac_mode()
+    with ControlPlane(authorization="RBAC" if rbac else "AlwaysAllow", audit=rbac) as cp:
+        cp.apply(deploy_manifests("namespace.yaml", "rbac.yaml"))
+        namespace, escher_kubeconfig = "default", ""
+        if rbac:
+            namespace = ESCHER_NAMESPACE
+            escher_kubeconfig = str(cp.service_account_kubeconfig(ESCHER_NAMESPACE, ESCHER_ACCOUNT))
+        else:  # the same account name in "default" (no RBAC: it may do anything)
+            cp.apply([{"apiVersion": "v1", "kind": "ServiceAccount",
+                       "metadata": {"name": ESCHER_ACCOUNT, "namespace": namespace}}])  # fmt: skip
         api = cp.core_v1()
         for pool, nodes in POOLS.items():
             for node in nodes:
@@ -98,6 +131,8 @@ def k8s_cluster() -> Iterator[K8sCluster]:
         kubelet.start()
         os.environ.pop("NODE_NAME", None)
         try:
-            yield K8sCluster(cp, api, kubelet)
+            yield K8sCluster(
+                cp, api, kubelet, namespace=namespace, escher_kubeconfig=escher_kubeconfig
+            )
         finally:
             kubelet.stop()

@@ -257,7 +257,7 @@ def test_pod_requests_equal_limits_and_downward_api(k8s_cluster: Any, backend: A
     backend.set_resource(label, 1, OTHER)
     ref = backend.launch(TaskSpec(_tasks.env_node, resources=Resources({label: 1, "CPU": 0.5})))
     pods = k8s_cluster.api.list_namespaced_pod(
-        "default", label_selector=f"escher.io/task={ref.id}"
+        k8s_cluster.namespace, label_selector=f"escher.io/task={ref.id}"
     ).items
     assert len(pods) == 1
     res = pods[0].spec.containers[0].resources
@@ -268,7 +268,7 @@ def test_pod_requests_equal_limits_and_downward_api(k8s_cluster: Any, backend: A
     assert wait_until(
         lambda: (
             not k8s_cluster.api.list_namespaced_pod(
-                "default", label_selector=f"escher.io/task={ref.id}"
+                k8s_cluster.namespace, label_selector=f"escher.io/task={ref.id}"
             ).items
         )
     )  # finished pod deleted
@@ -330,7 +330,9 @@ def test_python_callable_needs_an_image(k8s_cluster: Any) -> None:
 
 def test_registry_name_and_alias(k8s_cluster: Any) -> None:
     for name in ("kubernetes", "k8s"):
-        made = create_backend(name, {"kubeconfig": k8s_cluster.kubeconfig})
+        made = create_backend(
+            name, {"kubeconfig": k8s_cluster.kubeconfig, "namespace": k8s_cluster.namespace}
+        )
         try:
             assert isinstance(made, KubernetesBackend)
             assert set(POOLS["extra"]) <= set(made.get_cluster_state().nodes)
@@ -347,10 +349,10 @@ def test_close_cancels_pods_that_never_started(k8s_cluster: Any) -> None:
     while (
         time.monotonic() < deadline
         and k8s_cluster.api.list_namespaced_pod(
-            "default", label_selector=f"escher.io/session={short.session}"
+            k8s_cluster.namespace, label_selector=f"escher.io/session={short.session}"
         ).items
     ):
         time.sleep(0.1)
     assert not k8s_cluster.api.list_namespaced_pod(
-        "default", label_selector=f"escher.io/session={short.session}"
+        k8s_cluster.namespace, label_selector=f"escher.io/session={short.session}"
     ).items
