@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Provision a local Kubernetes control plane for escher's integration tests:
-#   etcd (Debian's etcd-server 3.4), kube-apiserver and kube-scheduler (v1.20.2,
-#   built from Debian bookworm's `kubernetes` source package).  No kubelet.
+#   etcd (Debian trixie's etcd-server 3.5, unpacked without installing it; bookworm's 3.4
+#   when that fails), kube-apiserver and kube-scheduler (v1.20.2, built from Debian
+#   bookworm's `kubernetes` source package).  No kubelet.
 #
 # Results are cached under ${ESCHER_K8S_CACHE:-$HOME/.cache/escher-k8s}:
 #   bin/etcd bin/kube-apiserver bin/kube-scheduler   the binaries tests use
+#   apt/                                             private apt state for the newer etcd
 #   gopath/src/k8s.io/kubernetes                     the unpacked source tree
 #   go-build/                                        the Go build cache (fast rebuilds)
 #
@@ -25,7 +27,12 @@ have_all() {
   [[ -x "$BIN/etcd" && -x "$BIN/kube-apiserver" && -x "$BIN/kube-scheduler" ]]
 }
 
-if [[ $FORCE == 0 ]] && have_all; then
+# etcd is settled when it is 3.5+, or when fetching it failed once (marker file).
+etcd_settled() {
+  "$BIN/etcd" --version 2>/dev/null | grep -q 'Version: 3\.[5-9]' || [[ -f "$CACHE/apt/etcd-fallback" ]]
+}
+
+if [[ $FORCE == 0 ]] && have_all && etcd_settled; then
   log "cached binaries present in $BIN; nothing to do"
   exit 0
 fi
@@ -97,9 +104,44 @@ if (( ${#missing[@]} )); then
 fi
 
 # ---------------------------------------------------------------------- etcd
-ETCD=$(command -v etcd || true)
-[[ -n "$ETCD" ]] || ETCD=/usr/bin/etcd
-install -m 0755 "$ETCD" "$BIN/etcd"
+# A newer etcd (3.5) from the next Debian release, through a private apt configuration
+# (its own sources list, lists and archives under $CACHE/apt): the machine's apt sources
+# and installed packages are left as they are. Falls back to the installed 3.4.
+ETCD_SUITE="${ESCHER_ETCD_SUITE:-trixie}"
+newer_etcd() {
+  local apt="$CACHE/apt" uri
+  uri=$(grep -hsE '^URIs:.*debian/?$' /etc/apt/sources.list.d/*.sources | head -1 | awk '{print $2}')
+  [[ -n "$uri" ]] || uri=$(sed -nE 's|^deb[[:space:]]+(\[[^]]*\][[:space:]]+)?([^[:space:]]+/debian/?)[[:space:]].*|\2|p' \
+                            /etc/apt/sources.list 2>/dev/null | head -1)
+  [[ -n "$uri" ]] || return 1
+  mkdir -p "$apt/lists/partial" "$apt/archives/partial" "$apt/unpacked"
+  printf 'deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] %s %s main\n' \
+    "$uri" "$ETCD_SUITE" > "$apt/sources.list"
+  local opts=(-o "Dir::Etc::SourceList=$apt/sources.list" -o Dir::Etc::SourceParts=/dev/null
+              -o "Dir::State::Lists=$apt/lists" -o "Dir::Cache::Archives=$apt/archives"
+              -o "Dir::Cache=$apt" -o Debug::NoLocking=1 -q)
+  apt-get "${opts[@]}" update </dev/null >"$apt/update.log" 2>&1 || return 1
+  rm -f "$apt"/etcd-server_*.deb
+  (cd "$apt" && apt-get "${opts[@]}" download etcd-server </dev/null >"$apt/download.log" 2>&1) || return 1
+  rm -rf "$apt/unpacked" && mkdir -p "$apt/unpacked"
+  dpkg -x "$apt"/etcd-server_*.deb "$apt/unpacked" || return 1
+  local bin="$apt/unpacked/usr/bin/etcd"
+  "$bin" --version >/dev/null 2>&1 || return 1
+  rm -rf "$apt/lists"   # the suite's package lists are only needed for the download
+  install -m 0755 "$bin" "$BIN/etcd"
+}
+if [[ $FORCE == 1 || ! -x "$BIN/etcd" ]] || ! etcd_settled; then
+  if newer_etcd; then
+    rm -f "$CACHE/apt/etcd-fallback"
+    log "etcd from Debian $ETCD_SUITE (unpacked into $CACHE/apt, not installed)"
+  else
+    mkdir -p "$CACHE/apt" && touch "$CACHE/apt/etcd-fallback"
+    log "no etcd from Debian $ETCD_SUITE (see $CACHE/apt/*.log); using the installed one"
+    ETCD=$(command -v etcd || true)
+    [[ -n "$ETCD" ]] || ETCD=/usr/bin/etcd
+    install -m 0755 "$ETCD" "$BIN/etcd"
+  fi
+fi
 log "etcd: $("$BIN/etcd" --version | head -1)"
 
 if [[ $FORCE == 0 && -x "$BIN/kube-apiserver" && -x "$BIN/kube-scheduler" ]]; then
