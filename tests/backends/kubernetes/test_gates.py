@@ -1,0 +1,77 @@
+"""Scheduling-gate detection against recorded API discovery documents.
+
+* 1.20.2: recorded from the provisioned control plane: ``/openapi/v3`` answers 404, and the
+  ``PodSpec`` definition of ``/openapi/v2`` (kept to show it has no ``schedulingGates``).
+* 1.34.1: no such server runs here; the ``/openapi/v3`` index and the ``api/v1`` document are
+  written in the shape a 1.34 server serves them, trimmed to the entries escher reads.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from escher.backends.kubernetes._gates import (
+    GATE_NAME,
+    detect_gates,
+    pod_kept_gates,
+    pod_spec_has_gates,
+)
+
+DATA = Path(__file__).resolve().parents[2] / "support" / "data" / "k8s" / "openapi"
+
+
+def load(name: str) -> Any:
+    return json.loads((DATA / name).read_text())
+
+
+def server(answers: dict[str, tuple[int, Any]]) -> tuple[Any, list[str]]:
+    asked: list[str] = []
+
+    def get(path: str) -> tuple[int, Any]:
+        asked.append(path)
+        return answers.get(path, (404, "404 page not found"))
+
+    return get, asked
+
+
+def test_1_20_has_no_gates() -> None:
+    recorded = load("v1.20.2-openapi-v3.json")
+    assert recorded["status"] == 404
+    get, asked = server({"/openapi/v3": (recorded["status"], recorded["body"])})
+    found = detect_gates(get)
+    assert not found.supported and "older than 1.24" in found.reason
+    assert asked == ["/openapi/v3"]  # no big v2 document is read
+    assert not pod_spec_has_gates({"definitions": {POD: load("v1.20.2-openapi-v2-podspec.json")}})
+
+
+POD = "io.k8s.api.core.v1.PodSpec"
+
+
+def test_1_34_has_gates() -> None:
+    index = load("v1.34.1-openapi-v3.json")
+    url = index["paths"]["api/v1"]["serverRelativeURL"]
+    get, asked = server(
+        {"/openapi/v3": (200, index), url: (200, load("v1.34.1-openapi-v3-api-v1.json"))}
+    )
+    found = detect_gates(get)
+    assert found.supported and "schedulingGates" in found.reason
+    assert asked == ["/openapi/v3", url]
+
+
+def test_v3_without_the_field_or_errors_means_no_gates() -> None:
+    index = load("v1.34.1-openapi-v3.json")
+    url = index["paths"]["api/v1"]["serverRelativeURL"]
+    doc = load("v1.34.1-openapi-v3-api-v1.json")
+    del doc["components"]["schemas"][POD]["properties"]["schedulingGates"]  # e.g. 1.25
+    assert not detect_gates(server({"/openapi/v3": (200, index), url: (200, doc)})[0]).supported
+    assert not detect_gates(server({"/openapi/v3": (403, "forbidden")})[0]).supported
+    assert not detect_gates(server({"/openapi/v3": (200, {"paths": {}})})[0]).supported
+    assert not detect_gates(server({"/openapi/v3": (200, index), url: (500, "x")})[0]).supported
+
+
+def test_created_pod_shows_whether_the_gate_was_kept() -> None:
+    assert pod_kept_gates({"spec": {"schedulingGates": [{"name": GATE_NAME}]}})
+    assert not pod_kept_gates({"spec": {}})  # a 1.26 server with the feature off drops it
+    assert not pod_kept_gates({"spec": {"schedulingGates": [{"name": "other"}]}})
