@@ -6,6 +6,11 @@ API, and `escher.node_id()`), runs the call, and writes the outcome to the conta
 termination message (``$ESCHER_TERMINATION_LOG``, default ``/dev/termination-log``). The
 exit code is 0 when the call returned and 1 when it raised.
 
+A member of a gang placed through scheduling gates (``$ESCHER_GANG_RELEASE`` set) waits,
+before calling anything, until the driver marks its pod released (that annotation set to
+``go``, once every member of the gang is bound to a node); it fails after
+``$ESCHER_GANG_WAIT`` seconds without it (the driver is gone: nothing of the task ran).
+
 Before it unpickles anything, it compares its Python version with the driver's
 (``$ESCHER_PYTHON``, e.g. ``3.11``, set in the pod by the driver): a pickled function only
 loads in the same minor version, so a mismatch fails the task at once with a
@@ -20,7 +25,9 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import traceback
+from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
 
@@ -36,6 +43,60 @@ from escher.core.errors import TaskFailedError
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 #: Environment variable with the driver's Python version ("3.11"), set in the task's pod.
 PYTHON_ENV = "ESCHER_PYTHON"
+#: Environment variable: the pod annotation that releases a gang member (value "go").
+GANG_RELEASE_ENV = "ESCHER_GANG_RELEASE"
+#: Environment variable: seconds a gang member waits for its release.
+GANG_WAIT_ENV = "ESCHER_GANG_WAIT"
+RELEASED = "go"
+
+
+def wait_for_release(
+    api: Any,
+    namespace: str,
+    pod: str,
+    key: str,
+    limit: float,
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> bool:
+    """Wait until pod `pod` carries annotation `key` = ``go``; False after `limit` seconds.
+
+    Args:
+        api: A `KubeApi` (lists the pod by name: the ``list`` verb escher already has).
+        namespace: The pod's namespace.
+        pod: The pod's name.
+        key: The release annotation.
+        limit: Seconds to wait at most.
+        sleep: Waits between reads (first 50 ms, growing to 0.5 s).
+        clock: Monotonic seconds.
+    """
+    deadline = clock() + limit
+    pause = 0.05
+    while True:
+        pods, _ = api.list_pods(namespace, field_selector=f"metadata.name={pod}")
+        annotations = (pods[0].get("metadata") or {}).get("annotations") or {} if pods else {}
+        if annotations.get(key) == RELEASED:
+            return True
+        if clock() >= deadline:
+            return False
+        sleep(min(pause, max(0.0, deadline - clock())))
+        pause = min(pause * 1.5, 0.5)
+
+
+def _await_gang(backend: Any, task_name: str) -> None:
+    """Block a gang member until the driver released it (see the module doc)."""
+    key = os.environ.get(GANG_RELEASE_ENV)
+    if not key:
+        return
+    limit = float(os.environ.get(GANG_WAIT_ENV) or 600)
+    pod = os.environ.get("POD_NAME") or ""
+    if not wait_for_release(backend.api, backend.namespace, pod, key, limit):
+        raise TaskFailedError(
+            f"gang member {task_name!r} (pod {pod}) was not released within {limit:g} s: the "
+            "driver that launched the gang is gone or gave up; nothing of the task ran.",
+            task_name=task_name,
+        )
 
 
 def python_version_tag() -> str:
@@ -100,6 +161,7 @@ def main() -> int:
         from escher.core.context import running_task
 
         backend = _worker_backend()
+        _await_gang(backend, name)
         _install_worker_backend(backend)
         node = os.environ.get("NODE_NAME") or ""
         scope = running_task(backend, node) if node else nullcontext()

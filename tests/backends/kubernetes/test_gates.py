@@ -75,3 +75,40 @@ def test_created_pod_shows_whether_the_gate_was_kept() -> None:
     assert pod_kept_gates({"spec": {"schedulingGates": [{"name": GATE_NAME}]}})
     assert not pod_kept_gates({"spec": {}})  # a 1.26 server with the feature off drops it
     assert not pod_kept_gates({"spec": {"schedulingGates": [{"name": "other"}]}})
+
+
+class _Pods:
+    """Answers `list_pods` like the API: the pod gets the release annotation on read `at`."""
+
+    def __init__(self, at: int | None) -> None:
+        self.at, self.reads = at, 0
+
+    def list_pods(self, namespace: str, field_selector: str = "") -> tuple[list[Any], str]:
+        assert field_selector == "metadata.name=p-1" and namespace == "batch"
+        self.reads += 1
+        released = self.at is not None and self.reads >= self.at
+        annotations = {"escher.io/gang-release": "go"} if released else {"other": "x"}
+        return [{"metadata": {"name": "p-1", "annotations": annotations}}], "1"
+
+
+def test_gang_member_waits_for_its_release() -> None:
+    from escher.backends.kubernetes.runner import wait_for_release
+
+    now = [0.0]
+    pauses: list[float] = []
+
+    def sleep(s: float) -> None:
+        pauses.append(s)
+        now[0] += s
+
+    api = _Pods(at=4)
+    assert wait_for_release(
+        api, "batch", "p-1", "escher.io/gang-release", 10, sleep=sleep, clock=lambda: now[0]
+    )
+    assert api.reads == 4 and pauses == sorted(pauses) and pauses[0] == 0.05
+    never = _Pods(at=None)
+    now[0] = 0.0
+    assert not wait_for_release(
+        never, "batch", "p-1", "escher.io/gang-release", 3, sleep=sleep, clock=lambda: now[0]
+    )
+    assert now[0] == 3  # waited exactly the limit, never longer
