@@ -8,6 +8,7 @@ and reading the whole body returns the connection to the pool.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -49,11 +50,18 @@ def connect(
         if in_cluster:
             loader.load_incluster_config(client_configuration=configuration)
         else:
+            # $KUBECONFIG is read here: the client reads it once, when it is imported.
             loader.load_kube_config(
-                config_file=kubeconfig, context=context, client_configuration=configuration
+                config_file=kubeconfig or os.environ.get("KUBECONFIG") or None,
+                context=context,
+                client_configuration=configuration,
             )
     except k8s_config.ConfigException as exc:
-        where = "in-cluster service account" if in_cluster else (kubeconfig or "~/.kube/config")
+        where = (
+            "in-cluster service account"
+            if in_cluster
+            else (kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config")
+        )
         raise BackendUnavailableError(
             f"cannot load the Kubernetes configuration from {where}: {exc}. Pass kubeconfig=, "
             "context= or in_cluster=True."
