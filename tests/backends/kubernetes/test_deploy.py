@@ -7,6 +7,7 @@ escher uses need ``ESCHER_K8S_AUTH=rbac`` (scripts/ci-k8s-rbac.sh) and skip othe
 
 from __future__ import annotations
 
+import calendar
 import copy
 import os
 import re
@@ -217,10 +218,14 @@ def _used(events: list[dict[str, Any]], since: float) -> tuple[set[Any], set[Any
     """(allowed, refused) requests of escher's identity after `since` (epoch seconds)."""
     allowed, refused = set(), set()
     for ev in events:
-        if ev.get("user", {}).get("username") != USER or ev.get("stage") != "ResponseComplete":
+        stage = ev.get("stage")
+        if ev.get("user", {}).get("username") != USER or stage not in (
+            "ResponseStarted",
+            "ResponseComplete",
+        ):
             continue
         stamp = ev.get("requestReceivedTimestamp", "")
-        when = time.mktime(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone
+        when = calendar.timegm(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S"))
         if when < since - 1:
             continue
         ref = ev.get("objectRef") or {}
