@@ -13,6 +13,7 @@ export RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0
 set +e
 python -m pytest -q "$@"
 status=$?
+if [ "$status" -eq 0 ] && [ "$#" -eq 0 ]; then bash scripts/ci-k8s-rbac.sh; status=$?; fi  # k8s tests with RBAC
 set -e
 if [ "$status" -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi
 exit "$status"
