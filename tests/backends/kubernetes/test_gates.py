@@ -112,3 +112,95 @@ def test_gang_member_waits_for_its_release() -> None:
         never, "batch", "p-1", "escher.io/gang-release", 3, sleep=sleep, clock=lambda: now[0]
     )
     assert now[0] == 3  # waited exactly the limit, never longer
+
+
+# --- the gated gang protocol (the API work is faked: the gated path cannot run on 1.20) ------
+class _Later:
+    """A manual `Schedule`: the test fires what is due."""
+
+    def __init__(self) -> None:
+        self.jobs: list[tuple[float, Any, list[bool]]] = []
+
+    def __call__(self, delay: float, fn: Any) -> Any:
+        cancelled = [False]
+        self.jobs.append((delay, fn, cancelled))
+
+        class Handle:
+            def cancel(self) -> None:
+                cancelled[0] = True
+
+        return Handle()
+
+    def fire(self) -> float:
+        delay, fn, cancelled = self.jobs.pop(0)
+        if not cancelled[0]:
+            fn()
+        return delay
+
+
+def _gang(size: int = 3) -> tuple[Any, list[tuple[str, str]], _Later]:
+    from escher.backends.kubernetes._gang import GatedGang
+
+    log: list[tuple[str, str]] = []
+    later = _Later()
+
+    def create(n: int) -> list[str]:
+        names = [f"a{n}-m{i}" for i in range(size)]
+        log.extend(("create", name) for name in names)
+        return names
+
+    gang = GatedGang(
+        "g1",
+        size,
+        create=create,
+        release=lambda p: log.append(("release", p)),
+        commit=lambda p: log.append(("commit", p)),
+        discard=lambda p: log.append(("discard", p)),
+        on_status=lambda s: log.append(("status", s)),
+        timeout=5.0,
+        backoff=1.0,
+        seed=1,
+        schedule=later,
+    )
+    return gang, log, later
+
+
+def test_gang_is_released_only_after_all_members_exist_and_committed_once_all_bound() -> None:
+    gang, log, later = _gang()
+    gang.start()
+    steps = [step for step, _ in log if step != "status"]
+    assert steps == ["create"] * 3 + ["release"] * 3  # every pod exists before any release
+    gang.on_bound("a1-m0", "n1")
+    gang.on_bound("a1-m1", "n2")
+    assert not [p for step, p in log if step == "commit"]  # 2 of 3: nothing may run yet
+    assert "2 of 3 members bound" in log[-1][1]
+    gang.on_bound("a1-m1", "n9")  # a repeated event changes nothing
+    gang.on_bound("a1-m2", "n1")
+    assert [p for step, p in log if step == "commit"] == ["a1-m0", "a1-m1", "a1-m2"]
+    assert gang.committed and "all 3 members bound" in log[-1][1]
+    assert later.fire() == 5.0  # the deadline was cancelled by the commit
+    assert not [p for step, p in log if step == "discard"]
+
+
+def test_partial_placement_is_rolled_back_and_retried_with_backoff() -> None:
+    gang, log, later = _gang()
+    gang.start()
+    gang.on_bound("a1-m0", "n1")  # only one fits
+    assert later.fire() == 5.0  # the deadline: roll back
+    assert [p for step, p in log if step == "discard"] == ["a1-m0", "a1-m1", "a1-m2"]
+    assert "1 of 3 members bound after 5 s (attempt 1); rolled back" in log[-1][1]
+    gang.on_bound("a1-m1", "n2")  # a late event of the discarded attempt
+    assert not [p for step, p in log if step == "commit"]
+    delay = later.fire()  # the backoff, then attempt 2
+    assert 0.5 <= delay <= 1.5 and gang.attempts == 2
+    for i in range(3):
+        gang.on_bound(f"a2-m{i}", f"n{i}")
+    assert [p for step, p in log if step == "commit"] == ["a2-m0", "a2-m1", "a2-m2"]
+
+
+def test_closed_gang_neither_commits_nor_retries() -> None:
+    gang, log, later = _gang(2)
+    gang.start()
+    gang.close()
+    later.fire()  # the deadline after close: nothing happens
+    assert gang.attempts == 1 and not [s for s, _ in log if s in ("discard", "commit")]
