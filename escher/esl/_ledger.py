@@ -35,6 +35,8 @@ class LedgerEntry:
     restorable: bool = True
     why_not: str = ""
     selector: Mapping[str, str] | None = None
+    #: The capacity a domain's label has on each of its nodes (kept when they all leave).
+    domain_capacity: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,8 @@ class Ledger:
                 if not create:
                     return
                 entry = self._entries[label] = LedgerEntry()
+            if entry.selector is not None and capacity > 0:
+                entry.domain_capacity = capacity
             for node in nodes:
                 if capacity > 0:
                     entry.capacities[node] = capacity
@@ -135,9 +139,9 @@ class Ledger:
         """(label, selector, capacity) of every label that lives on a topology domain."""
         with self._lock:
             return [
-                (label, dict(e.selector), max(e.capacities.values()))
+                (label, dict(e.selector), e.domain_capacity)
                 for label, e in self._entries.items()
-                if e.selector is not None and e.capacities
+                if e.selector is not None and e.domain_capacity > 0
             ]
 
     def take_lost(self, alive: set[str]) -> list[tuple[str, str, float, LedgerEntry]]:

@@ -424,3 +424,16 @@ def test_declared_preferences_are_reported_not_required() -> None:
     assert result.status is Verdict.FEASIBLE  # type: ignore[attr-defined]
     assert len(result.preferences) == 2  # type: ignore[attr-defined]
     backend.close()
+
+
+def test_a_zone_that_lost_every_node_gets_its_label_back_on_a_new_one() -> None:
+    backend = zoned(["a", "b"], virtual_clock=True)
+    with DomainColocation("zone", backend) as colo:
+        group = colo.group("g", 2, {"CPU": 1})
+        first = group.launch(stamp, duration=5.0)
+        assert escher.get(first, timeout=100)[0] == "n0" and group.domain == "a"
+        backend.remove_node("n0")
+        backend.add_node("n5", {"CPU": 2}, labels={"zone": "a"})
+        assert colo.recover().complete
+        assert escher.get(group.launch(stamp, duration=1.0), timeout=100)[0] == "n5"
+    backend.close()
