@@ -179,7 +179,8 @@ def verify(
     if printer is not None:
         printer.verdict(verdict, where)
     proofs = not no_intents and any(not i.preferred for i in plan.intents)
-    result = run.explain(EXPLAIN_SHARE if proofs else 1.0, capped=proofs)
+    # The verdict and its cause are already printed: shrinking is polish, kept short.
+    result = run.explain(EXPLAIN_SHARE if proofs else 1.0, capped=True)
     if printer is not None:
         printer.rest(result)
     if not no_intents:

@@ -5,7 +5,7 @@
 3. `relaxed`: Z3 on counts per (class, node type) with valid per-node cuts: UNSAT is a proof
    with an unsat core; SAT counts are packed into nodes.
 4. `search`: exact bin completion over classes (`_search`), with symmetry breaking over
-   identical nodes and waste pruning.
+   identical nodes and waste pruning; a short run first, then the rest of its share.
 5. `exact`: Z3 per node, for small problems.
 """
 
@@ -275,7 +275,7 @@ def decide(
         conflict = run.timed("precheck", lambda: precheck(p))
         if conflict is not None:
             return run.infeasible(conflict.core, conflict.method, conflict.cause)
-    stages = [_greedy_stage, _quick_search_stage, _relaxed_stage, _search_stage, _exact_stage]
+    stages = [_greedy_stage, _relaxed_stage, _quick_search_stage, _search_stage, _exact_stage]
     if sum(it.mult for it in p.items) <= SMALL:
         stages = [_greedy_stage, _exact_stage, _relaxed_stage, _search_stage]
     if not fast:
