@@ -122,3 +122,41 @@ def test_scheduler_flags_drop_port_after_1_22() -> None:
     assert "--port=0" in old
     assert "--port" not in names(new)
     assert {"--config=c", "--secure-port=1", "--bind-address=127.0.0.1"} <= set(new)
+
+
+def _fake_binary(path: Path, output: str) -> None:
+    path.write_text(f"#!/bin/sh\nprintf '{output}'\n")
+    path.chmod(0o755)
+
+
+def test_binaries_from_escher_k8s_bin_with_etcd_from_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.support.k8s_control_plane import BIN_ENV, binary_version, find_binaries
+
+    mine, cache = tmp_path / "mine", tmp_path / "cache"
+    mine.mkdir()
+    (cache / "bin").mkdir(parents=True)
+    recorded_output = (DATA / "kube-apiserver-v1.34.1.version").read_text()
+    for name in ("kube-apiserver", "kube-scheduler"):
+        _fake_binary(mine / name, recorded_output.replace("\n", "\\n"))
+    _fake_binary(cache / "bin" / "etcd", "etcd Version: 3.5.16\\n")
+    monkeypatch.setenv("ESCHER_K8S_CACHE", str(cache))
+    monkeypatch.setenv(BIN_ENV, str(mine))
+    found = find_binaries()
+    assert found["kube-apiserver"] == mine / "kube-apiserver"
+    assert found["etcd"] == cache / "bin" / "etcd"  # $ESCHER_K8S_BIN has none
+    assert binary_version(found["kube-scheduler"]) == NEW
+    assert binary_version(found["etcd"]).minor == 5
+
+
+def test_missing_binaries_say_how_to_get_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.support.k8s_control_plane import BIN_ENV, BinariesMissing, find_binaries
+
+    monkeypatch.setenv("ESCHER_K8S_CACHE", str(tmp_path))
+    monkeypatch.setenv(BIN_ENV, str(tmp_path / "nothing"))
+    with pytest.raises(BinariesMissing, match="ESCHER_K8S_BIN") as info:
+        find_binaries()
+    assert "provision-k8s.sh" in str(info.value)
