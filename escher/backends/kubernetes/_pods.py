@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import re
+import sys
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from escher.backends.kubernetes._names import (
@@ -19,6 +22,34 @@ from escher.core.task import TaskSpec
 CONTAINER = "task"
 TERMINATION_LOG = "/dev/termination-log"
 RUNNER_COMMAND = ("python", "-m", "escher.backends.kubernetes.runner")
+#: Environment variable with the driver's Python version ("3.11"), set in the task's pod.
+PYTHON_ENV = "ESCHER_PYTHON"
+
+
+def python_version_tag() -> str:
+    """This interpreter's ``major.minor`` version, e.g. ``"3.11"``."""
+    return f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+#: Where a pod finds its ServiceAccount token (when it is mounted).
+TOKEN_PATH = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
+
+
+def own_service_account(token_path: Path = TOKEN_PATH) -> str | None:
+    """The ServiceAccount this process runs as, from its pod's token (None if unknown).
+
+    The token is a JWT whose ``sub`` claim is ``system:serviceaccount:<namespace>:<name>``;
+    nothing is verified here, it only names the account to give escher's task pods.
+    """
+    try:
+        payload = token_path.read_text().strip().split(".")[1]
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    except (OSError, IndexError, ValueError):
+        return None
+    parts = str(claims.get("sub", "")).split(":")
+    if len(parts) == 4 and parts[:2] == ["system", "serviceaccount"] and parts[3]:
+        return parts[3]
+    return None
 
 
 def pod_name(task_name: str) -> str:
@@ -58,8 +89,18 @@ def build_pod(
     env: Mapping[str, str],
     node_selector: Mapping[str, str],
     service_account: str | None,
+    image_pull_secrets: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The pod manifest (a plain dict) for `spec`."""
+    """The pod manifest (a plain dict) for `spec`.
+
+    A pod of the runner also gets the driver's Python version (the runner refuses a task
+    from another version) and its own ServiceAccount's name (for the tasks it launches).
+    """
+    env = dict(env)
+    if tuple(command) == RUNNER_COMMAND:
+        env.setdefault(PYTHON_ENV, python_version_tag())
+        if service_account:
+            env.setdefault("ESCHER_K8S_SERVICE_ACCOUNT", service_account)
     env_list: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in env.items()]
     env_list += [
         {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
@@ -85,6 +126,8 @@ def build_pod(
         pod_spec["nodeSelector"] = dict(node_selector)
     if service_account:
         pod_spec["serviceAccountName"] = service_account
+    if image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": name} for name in image_pull_secrets]
     return {
         "apiVersion": "v1",
         "kind": "Pod",

@@ -15,7 +15,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +35,7 @@ from escher.backends.kubernetes._pods import (
     RUNNER_COMMAND,
     build_pod,
     node_selector_env,
+    own_service_account,
     pod_name,
 )
 from escher.backends.kubernetes._state import (
@@ -100,6 +101,9 @@ class KubernetesBackend(Backend):
         node_selector: Node labels that make a node eligible: the cluster state, the
             node specs of `set_resource` and every pod are limited to those nodes.
         service_account: Service account of task pods (to call escher from a task).
+            Default: the driver's own account when it runs in a pod (``in_cluster``), else
+            the namespace's default account.
+        image_pull_secrets: Names of Secrets (in `namespace`) to pull `image` with.
         node_name: The node this process runs on (default: ``$NODE_NAME``, set by the
             downward API in escher's pods); `set_resource(node_spec=None)` uses it.
         conflict_retries: Attempts after a write conflict on a node before ConflictError.
@@ -124,6 +128,7 @@ class KubernetesBackend(Backend):
         conflict_retries: int = 8,
         keep_pods: bool = False,
         request_timeout: float = 30.0,
+        image_pull_secrets: Sequence[str] = (),
     ) -> None:
         self._names = Names(validate_domain(domain))
         if not isinstance(namespace, str) or not namespace:
@@ -143,7 +148,12 @@ class KubernetesBackend(Backend):
         self.image = image
         self.node_selector: dict[str, str] = dict(node_selector or {})
         self._selector_text = ",".join(f"{k}={v}" for k, v in sorted(self.node_selector.items()))
-        self._service_account = service_account
+        if isinstance(image_pull_secrets, str) or not all(
+            isinstance(s, str) and s for s in image_pull_secrets
+        ):
+            raise ConfigError("image_pull_secrets must be a list of Secret names.")
+        self._image_pull_secrets = tuple(image_pull_secrets)
+        self._service_account = service_account or (own_service_account() if in_cluster else None)
         self._node_name = node_name or os.environ.get("NODE_NAME") or None
         self._conflict_retries = conflict_retries
         self._keep_pods = keep_pods
@@ -448,6 +458,7 @@ class KubernetesBackend(Backend):
             env=env,
             node_selector=self.node_selector,
             service_account=self._service_account,
+            image_pull_secrets=self._image_pull_secrets,
         )
 
     def _create_pod(self, task: _Task) -> None:

@@ -38,11 +38,10 @@ from escher.backends.kubernetes._payload import (
     encode_error,
     encode_value,
 )
+from escher.backends.kubernetes._pods import PYTHON_ENV, python_version_tag
 from escher.core.errors import TaskFailedError
 
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
-#: Environment variable with the driver's Python version ("3.11"), set in the task's pod.
-PYTHON_ENV = "ESCHER_PYTHON"
 #: Environment variable: the pod annotation that releases a gang member (value "go").
 GANG_RELEASE_ENV = "ESCHER_GANG_RELEASE"
 #: Environment variable: seconds a gang member waits for its release.
@@ -99,11 +98,6 @@ def _await_gang(backend: Any, task_name: str) -> None:
         )
 
 
-def python_version_tag() -> str:
-    """This interpreter's ``major.minor`` version, e.g. ``"3.11"``."""
-    return f"{sys.version_info.major}.{sys.version_info.minor}"
-
-
 def version_mismatch(driver: str | None, task_name: str) -> TaskFailedError | None:
     """The error to report when the driver's Python (``driver``) is not this one's."""
     here = python_version_tag()
@@ -140,6 +134,7 @@ def _worker_backend() -> Any:
         image=os.environ.get("ESCHER_K8S_IMAGE") or None,
         node_selector=selector,
         node_name=os.environ.get("NODE_NAME") or None,
+        service_account=os.environ.get("ESCHER_K8S_SERVICE_ACCOUNT") or None,
     )
 
 

@@ -386,3 +386,85 @@ def test_runner_reports_a_python_version_mismatch(tmp_path: Path) -> None:
         str(error)
     )
     assert "PYTHON_VERSION=3.99" in str(error)
+
+
+# --- task pods: the driver's Python version, the account, pull secrets ---------------------
+def test_runner_pods_carry_the_driver_python_account_and_pull_secrets() -> None:
+    from escher.backends.kubernetes._names import Names
+    from escher.backends.kubernetes._pods import RUNNER_COMMAND, build_pod
+
+    common: dict[str, Any] = {
+        "namespace": ESCHER_NAMESPACE,
+        "spec": TaskSpec(_tasks.env_node),
+        "names": Names("escher.io"),
+        "session": "s",
+        "task_id": "t",
+        "image": "registry.example.com/escher-runner:py3.11",
+        "env": {},
+        "node_selector": {},
+        "service_account": ESCHER_ACCOUNT,
+    }
+    pod = build_pod(
+        name="p", command=list(RUNNER_COMMAND), image_pull_secrets=["regcred"], **common
+    )
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert env["ESCHER_PYTHON"] == f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert env["ESCHER_K8S_SERVICE_ACCOUNT"] == ESCHER_ACCOUNT
+    assert pod["spec"]["serviceAccountName"] == ESCHER_ACCOUNT
+    assert pod["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
+    container = build_pod(name="c", command=["sh", "-c", "true"], **common)
+    names = {e["name"] for e in container["spec"]["containers"][0]["env"]}
+    assert "ESCHER_PYTHON" not in names and "imagePullSecrets" not in container["spec"]
+
+
+def test_in_cluster_driver_gives_tasks_its_own_account(tmp_path: Path) -> None:
+    import base64
+    import json
+
+    from escher.backends.kubernetes._pods import own_service_account
+
+    def token(claims: dict[str, Any]) -> Path:
+        body = base64.urlsafe_b64encode(json.dumps(claims).encode()).decode().rstrip("=")
+        path = tmp_path / f"token-{len(list(tmp_path.iterdir()))}"
+        path.write_text(f"eyJhbGciOiJSUzI1NiJ9.{body}.c2ln")
+        return path
+
+    assert own_service_account(token({"sub": "system:serviceaccount:batch:escher"})) == "escher"
+    assert own_service_account(token({"sub": "alice"})) is None
+    assert own_service_account(tmp_path / "absent") is None
+
+
+def test_image_pull_secrets_must_be_names(k8s_cluster: Any) -> None:
+    from escher.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="image_pull_secrets"):
+        k8s_cluster.backend("extra", image_pull_secrets="regcred")
+
+
+def test_python_version_mismatch_fails_the_task_at_once(
+    k8s_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A driver on another Python (faked: the pod's env says 3.99) gets a clear task error."""
+    from escher.backends.kubernetes import _pods
+    from escher.core.errors import TaskFailedError
+
+    backend = k8s_cluster.backend("extra", image_pull_secrets=["regcred"])
+    try:
+        monkeypatch.setattr(_pods, "python_version_tag", lambda: "3.99")
+        ref = backend.launch(TaskSpec(_tasks.env_node))
+        pods = wait_for(
+            lambda: (
+                k8s_cluster.api.list_namespaced_pod(
+                    k8s_cluster.namespace, label_selector=f"escher.io/task={ref.id}"
+                ).items
+            ),
+            WAIT,
+            what="the task's pod",
+        )
+        assert [s.name for s in pods[0].spec.image_pull_secrets] == ["regcred"]
+        with pytest.raises(TaskFailedError, match=r"driver running Python 3\.99") as info:
+            ref.result(WAIT)
+        assert "PYTHON_VERSION=3.99" in str(info.value)
+        assert ref.state is TaskState.FAILED and ref.attempts <= 1
+    finally:
+        backend.close()
