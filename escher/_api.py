@@ -13,10 +13,19 @@ from escher.backends._registry import create_backend
 from escher.backends.base import Backend
 from escher.core.cluster import ClusterState
 from escher.core.context import current_task
-from escher.core.errors import GetTimeoutError, NotInitializedError, NotInTaskError
+from escher.core.errors import (
+    ConfigError,
+    GetTimeoutError,
+    InvalidOptionError,
+    NotInitializedError,
+    NotInTaskError,
+    ValidationError,
+    did_you_mean,
+    short_repr,
+)
 from escher.core.nodespec import NodeSpecLike
-from escher.core.resources import Resources
-from escher.core.task import TASK_OPTIONS, TaskRef, TaskSpec
+from escher.core.signature import check_keywords
+from escher.core.task import TASK_OPTIONS, TaskRef, TaskSpec, check_timeout, request_of
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -68,8 +77,18 @@ def init(backend: str | Backend | None = None, **options: Any) -> Session:
     """
     global _backend
     if isinstance(backend, Backend):
+        if options:
+            raise ConfigError(
+                f"escher.init() got options {sorted(options)} with an already built backend; "
+                "pass them to the backend's constructor instead."
+            )
         instance = backend
     else:
+        if backend is not None and (not isinstance(backend, str) or not backend):
+            raise ConfigError(
+                "backend must be a registry name (e.g. 'memory', 'ray', 'kubernetes'), a "
+                f"Backend, or None for the configured one; got {short_repr(backend)}."
+            )
         config = resolve(backend, options)
         instance = create_backend(config.backend, config.options, config.origins)
     with _lock:
@@ -168,6 +187,7 @@ def node_id() -> str:
 
 def launch(
     fn: Callable[..., Any],
+    /,
     *args: Any,
     resources: Mapping[str, float] | None = None,
     name: str | None = None,
@@ -191,18 +211,35 @@ def launch(
 
     Returns:
         A `TaskRef`; `escher.get(ref)` waits for the value.
+
+    Raises:
+        ValidationError: a bad argument (named in the message); nothing was launched.
+        InvalidOptionError: a keyword that is neither a launch option nor a parameter of
+            `fn` (e.g. ``resource=`` for ``resources=``).
     """
+    if not callable(fn):
+        raise ValidationError(f"fn must be a callable to run, got {short_repr(fn)}.")
+    if kwargs:
+        check_keywords(fn, kwargs, "launch()", _TASK_OPTIONS)
     spec = TaskSpec(
         fn=fn,
         args=args,
         kwargs=kwargs,
-        resources=Resources.of(resources),
-        name=name or "",
+        resources=request_of(resources),
+        name=_check_name(name),
         max_retries=max_retries,
         retry_exceptions=retry_exceptions,
         duration=duration,
     )
     return current_backend().launch(spec)
+
+
+def _check_name(name: object) -> str:
+    if name is None:
+        return ""
+    if not isinstance(name, str):
+        raise ValidationError(f"name must be a string or None, got {short_repr(name)}.")
+    return name
 
 
 @overload
@@ -214,14 +251,29 @@ def get(refs: TaskRef | Sequence[TaskRef], timeout: float | None = None) -> Any:
 
     Args:
         refs: A `TaskRef` or a sequence of them.
-        timeout: Seconds to wait in total (simulated seconds on a virtual clock).
+        timeout: Seconds to wait in total (simulated seconds on a virtual clock); None
+            waits without limit.
 
     Raises:
         GetTimeoutError: not all done in time.
+        ValidationError: `refs` is not a handle or a list of handles, or `timeout` is not
+            None or finite seconds >= 0.
         Exception: the first failed task's own exception (or a `TaskError`).
     """
+    timeout = check_timeout(timeout)
     if isinstance(refs, TaskRef):
         return refs.result(timeout)
+    if isinstance(refs, str | bytes) or not isinstance(refs, Sequence):
+        raise ValidationError(
+            f"refs must be a TaskRef or a list of them (what escher.launch returns), got "
+            f"{short_repr(refs)}."
+        )
+    for ref in refs:
+        if not isinstance(ref, TaskRef):
+            raise ValidationError(
+                f"refs must hold TaskRefs (what escher.launch returns); one entry is "
+                f"{short_repr(ref)}."
+            )
     if timeout is None:
         return [ref.result() for ref in refs]
     deadline = time.monotonic() + timeout
@@ -235,7 +287,15 @@ def get(refs: TaskRef | Sequence[TaskRef], timeout: float | None = None) -> Any:
 
 
 def cancel(ref: TaskRef) -> bool:
-    """Cancel a task that has not started; True if it will never run."""
+    """Cancel a task that has not started; True if it will never run.
+
+    Raises:
+        ValidationError: `ref` is not a `TaskRef`.
+    """
+    if not isinstance(ref, TaskRef):
+        raise ValidationError(
+            f"cancel takes a TaskRef (what escher.launch returns), got {short_repr(ref)}."
+        )
     return ref.cancel()
 
 
@@ -248,17 +308,18 @@ class RemoteFunction(Generic[P, R]):
         functools.update_wrapper(self, fn)
 
     def launch(self, *args: Any, **kwargs: Any) -> TaskRef:
-        """Launch with the decorator's options."""
-        return launch(self._fn, *args, **self._options, **kwargs)
+        """Launch with the decorator's options (keyword options given here win)."""
+        options = {**self._options, **{k: kwargs.pop(k) for k in _TASK_OPTIONS if k in kwargs}}
+        return launch(self._fn, *args, **options, **kwargs)
 
     def options(self, **overrides: Any) -> RemoteFunction[P, R]:
-        """A copy with some options replaced (e.g. ``resources=``, ``name=``)."""
-        unknown = set(overrides) - _TASK_OPTIONS
-        if unknown:
-            raise TypeError(
-                f"unknown task option(s) {sorted(unknown)}; use {sorted(_TASK_OPTIONS)}"
-            )
-        return RemoteFunction(self._fn, {**self._options, **overrides})
+        """A copy with some options replaced (e.g. ``resources=``, ``name=``).
+
+        Raises:
+            InvalidOptionError: an option `escher.launch` does not take.
+            ValidationError: a bad value (named in the message).
+        """
+        return RemoteFunction(self._fn, {**self._options, **_check_options(overrides)})
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         """Call the function here, locally."""
@@ -266,6 +327,25 @@ class RemoteFunction(Generic[P, R]):
 
 
 _TASK_OPTIONS = frozenset({"resources", "name", *TASK_OPTIONS})
+
+
+def _check_options(options: dict[str, Any]) -> dict[str, Any]:
+    """Task options, checked as `escher.launch` checks them (before anything runs)."""
+    for option in options:
+        if option not in _TASK_OPTIONS:
+            raise InvalidOptionError(
+                f"unknown task option {option!r}; the options are "
+                f"{', '.join(sorted(_TASK_OPTIONS))}.{did_you_mean(option, _TASK_OPTIONS)}"
+            )
+    TaskSpec(
+        fn=len,
+        resources=request_of(options.get("resources")),
+        name=_check_name(options.get("name")),
+        max_retries=options.get("max_retries", 0),
+        retry_exceptions=options.get("retry_exceptions", False),
+        duration=options.get("duration"),
+    )
+    return options
 
 
 @overload
@@ -279,10 +359,20 @@ def task(fn: Callable[P, R] | None = None, /, **options: Any) -> Any:
 
     Takes the keyword options of `escher.launch` (resources, name, max_retries,
     retry_exceptions, duration).
+
+    Raises:
+        InvalidOptionError: an option `escher.launch` does not take (with a suggestion).
+        ValidationError: a bad option value, or `fn` is not callable.
     """
-    unknown = set(options) - _TASK_OPTIONS
-    if unknown:
-        raise TypeError(f"unknown task option(s) {sorted(unknown)}; use {sorted(_TASK_OPTIONS)}")
+    _check_options(options)
     if fn is not None:
+        if not callable(fn):
+            raise ValidationError(f"escher.task decorates a callable, got {short_repr(fn)}.")
         return RemoteFunction(fn, options)
-    return lambda f: RemoteFunction(f, options)
+
+    def decorate(f: Callable[P, R]) -> RemoteFunction[P, R]:
+        if not callable(f):
+            raise ValidationError(f"escher.task decorates a callable, got {short_repr(f)}.")
+        return RemoteFunction(f, options)
+
+    return decorate

@@ -35,7 +35,13 @@ from typing import Any, ClassVar, Self
 
 from escher.core.clock import Clock
 from escher.core.cluster import ClusterState
-from escher.core.errors import InvalidBackendError, InvalidCapacityError, UnsupportedError
+from escher.core.errors import (
+    InvalidBackendError,
+    InvalidCapacityError,
+    UnsupportedError,
+    ValidationError,
+    short_repr,
+)
 from escher.core.nodespec import NodeSpec, NodeSpecLike
 from escher.core.resources import Resources, validate_label, validate_quantity
 from escher.core.task import TaskRef, TaskSpec
@@ -253,6 +259,8 @@ class Backend(ABC):
         A request no node could ever fit fails at once: its handle's status is INFEASIBLE
         and `result()` raises `UnschedulableError`.
         """
+        if not isinstance(spec, TaskSpec):
+            raise ValidationError(f"launch takes a TaskSpec, got {short_repr(spec)}.")
         self._check_request(spec.resources)
         return self._track(self._launch(spec))
 
@@ -271,8 +279,18 @@ class Backend(ABC):
                 f"the {self.name} backend has no atomic gang placement; use escher.esl.Gang, "
                 "which builds it from ephemeral resources."
             )
+        if isinstance(specs, TaskSpec) or not isinstance(specs, Sequence):
+            raise ValidationError(
+                f"launch_gang takes a list of TaskSpecs, got {short_repr(specs)}."
+            )
         for spec in specs:
+            if not isinstance(spec, TaskSpec):
+                raise ValidationError(
+                    f"launch_gang takes a list of TaskSpecs; one entry is {short_repr(spec)}."
+                )
             self._check_request(spec.resources)
+        if not specs:
+            return []
         refs = [self._track(ref) for ref in self._launch_gang(list(specs))]
         members = tuple(refs)
         with self._live_lock:
@@ -290,6 +308,7 @@ class Backend(ABC):
 
     # --- introspection --------------------------------------------------------------------
     def _track(self, ref: TaskRef) -> TaskRef:
+        ref._launched = True
         if not ref.done():
             with self._live_lock:
                 self._live[ref.id] = ref

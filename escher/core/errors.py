@@ -8,6 +8,7 @@ EscherError
 │   ├── ReservedResourceError          set_resource on CPU/GPU/memory or a node-defined name
 │   ├── UnknownNodeError (LookupError) a node id that is not in the cluster
 │   ├── InvalidNodeSpecError           node_spec is not an id, a vector, labels or None
+│   ├── InvalidOptionError (TypeError) an option or keyword the call does not take
 │   └── PlanFormatError                a plan/cluster file that does not parse (names the place)
 ├── ConfigError                        malformed configuration, unknown option
 │   ├── UnknownBackendError            no backend of that name (also LookupError)
@@ -63,6 +64,10 @@ class UnknownNodeError(ValidationError, LookupError):
 
 class InvalidNodeSpecError(ValidationError):
     """A node_spec that is not a node id, a resource vector, a label selector or None."""
+
+
+class InvalidOptionError(ValidationError, TypeError):
+    """An option or keyword argument the call does not take (names it, suggests the closest)."""
 
 
 class PlanFormatError(ValidationError):
@@ -192,3 +197,12 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """
     match = closest(word, choices)
     return f" Did you mean {match!r}?" if match is not None else ""
+
+
+def short_repr(value: object, limit: int = 60) -> str:
+    """`repr(value)` cut to `limit` characters, for error messages (never raises)."""
+    try:
+        text = repr(value)
+    except Exception:  # a huge int, or an object whose repr fails
+        text = f"<{type(value).__name__} object>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import TypeAlias
 
 from escher.core.cluster import ClusterState, Node
-from escher.core.errors import InvalidNodeSpecError, NotInTaskError, ValidationError
+from escher.core.errors import InvalidNodeSpecError, NotInTaskError, ValidationError, short_repr
 from escher.core.resources import Resources
 
 
@@ -29,6 +29,37 @@ class NodeSpec:
     labels: Mapping[str, str] | None = field(default=None, hash=False)
     num_nodes: int | None = None
 
+    def __post_init__(self) -> None:
+        node_id, having, labels = self.node_id, self.having, self.labels
+        if node_id is not None and (type(node_id) is not str or not node_id):
+            raise InvalidNodeSpecError(
+                f"node_id must be a non-empty string (a node's id), got {short_repr(node_id)}."
+            )
+        if having is not None and type(having) is not Resources:
+            try:
+                object.__setattr__(self, "having", Resources.of(having))
+            except ValidationError as exc:
+                raise InvalidNodeSpecError(f"having: {exc}") from None
+        if labels is not None:
+            object.__setattr__(self, "labels", _check_labels(labels))
+        chosen = [
+            n
+            for n, v in (("node_id", node_id), ("having", having), ("labels", labels))
+            if v is not None
+        ]
+        if len(chosen) > 1:
+            raise InvalidNodeSpecError(
+                f"a NodeSpec selects by one of node_id, having or labels; got {', '.join(chosen)}."
+            )
+        if self.num_nodes is not None:
+            _check_num_nodes(self.num_nodes)
+            if having is None and labels is None:
+                where = f"node id {node_id!r}" if node_id is not None else "the caller's own node"
+                raise InvalidNodeSpecError(
+                    f"num_nodes limits a resource-vector or label selector; {where} is one node. "
+                    "Drop num_nodes, or select by a vector or labels."
+                )
+
     @classmethod
     def node(cls, node_id: str) -> NodeSpec:
         """The node with this id."""
@@ -44,9 +75,7 @@ class NodeSpec:
     @classmethod
     def with_labels(cls, labels: Mapping[str, str], num_nodes: int | None = None) -> NodeSpec:
         """Nodes carrying all of `labels`."""
-        if not isinstance(labels, Mapping) or not labels:
-            raise InvalidNodeSpecError("with_labels needs a non-empty mapping of labels.")
-        return cls(labels=dict(labels), num_nodes=_check_num_nodes(num_nodes))
+        return cls(labels=_check_labels(labels), num_nodes=_check_num_nodes(num_nodes))
 
     @classmethod
     def local(cls) -> NodeSpec:
@@ -71,11 +100,11 @@ class NodeSpec:
                 return spec
             return cls(spec.node_id, spec.having, spec.labels, num_nodes)
         if spec is None:
-            return cls()
+            return cls(num_nodes=num_nodes)
         if isinstance(spec, str):
             if not spec:
                 raise InvalidNodeSpecError("node_spec is an empty node id.")
-            return cls(node_id=spec)
+            return cls(node_id=spec, num_nodes=num_nodes)
         if isinstance(spec, Mapping):
             try:
                 return cls(having=Resources.of(spec), num_nodes=num_nodes)
@@ -83,7 +112,7 @@ class NodeSpec:
                 raise InvalidNodeSpecError(f"node_spec resource vector: {exc}") from None
         raise InvalidNodeSpecError(
             f"node_spec must be a node id (str), a resource vector (dict), a NodeSpec or None; "
-            f"got {type(spec).__name__}."
+            f"got {type(spec).__name__} {short_repr(spec)}."
         )
 
     def select(self, state: ClusterState, caller_node: str | None = None) -> list[str]:
@@ -134,8 +163,26 @@ def _check_num_nodes(num_nodes: object) -> int | None:
     if num_nodes is None:
         return None
     if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1:
-        raise InvalidNodeSpecError(f"num_nodes must be a positive integer, got {num_nodes!r}.")
+        raise InvalidNodeSpecError(
+            f"num_nodes must be a positive integer or None, got {short_repr(num_nodes)}."
+        )
     return num_nodes
+
+
+def _check_labels(labels: object) -> dict[str, str]:
+    """A copy of a label selector: a non-empty mapping of string keys to string values."""
+    if not isinstance(labels, Mapping) or not labels:
+        raise InvalidNodeSpecError(
+            f"a label selector must be a non-empty mapping of node label -> value (e.g. "
+            f"{{'zone': 'a'}}), got {short_repr(labels)}."
+        )
+    bad = {k: v for k, v in labels.items() if type(k) is not str or type(v) is not str or not k}
+    if bad:
+        raise InvalidNodeSpecError(
+            f"node labels and their values are strings; got {short_repr(bad)}. Write the "
+            "values as strings (e.g. {'rack': '3'})."
+        )
+    return dict(labels)
 
 
 NodeSpecLike: TypeAlias = "NodeSpec | str | Mapping[str, float] | None"

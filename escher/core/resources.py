@@ -12,6 +12,8 @@ from escher.core.errors import (
     InvalidCapacityError,
     InvalidResourceNameError,
     ReservedResourceError,
+    ValidationError,
+    short_repr,
 )
 
 #: Largest capacity escher accepts. Policies that want "unbounded" use this value.
@@ -27,9 +29,10 @@ PREDEFINED_RESOURCES = frozenset(
 
 # An ephemeral label: what Kubernetes accepts as the name part of an extended resource
 # (<= 63 chars, alphanumeric at both ends, '-', '_', '.' inside), so one label works everywhere.
-_LABEL_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$")
+# Matched with fullmatch: `$` would also accept a trailing newline ('grp\n').
+_LABEL_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?")
 # A resource name in a request or a node's total: labels, plus 'domain/name' and 'a:b' forms.
-_NAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_./:-]{0,251}[A-Za-z0-9])?$")
+_NAME_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_./:-]{0,251}[A-Za-z0-9])?")
 
 ResourceLike: TypeAlias = "Resources | Mapping[str, float] | None"
 
@@ -48,10 +51,10 @@ def validate_name(name: object) -> str:
     Raises:
         InvalidResourceNameError: `name` is not a string of 1-253 allowed characters.
     """
-    if not isinstance(name, str) or not _NAME_RE.match(name):
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
         raise InvalidResourceNameError(
-            f"{name!r} is not a valid resource name: use 1-253 letters, digits, '-', '_', '.', "
-            "'/', ':', starting and ending with a letter or digit."
+            f"{short_repr(name)} is not a valid resource name: use 1-253 letters, digits, "
+            "'-', '_', '.', '/', ':', starting and ending with a letter or digit."
         )
     return name
 
@@ -64,10 +67,10 @@ def validate_label(label: object) -> str:
             starting and ending with a letter or digit.
         ReservedResourceError: the label is a resource nodes define themselves (CPU, GPU, ...).
     """
-    if not isinstance(label, str) or not _LABEL_RE.match(label):
+    if not isinstance(label, str) or not _LABEL_RE.fullmatch(label):
         raise InvalidResourceNameError(
-            f"{label!r} is not a valid ephemeral resource label: use 1-63 letters, digits, '-', "
-            "'_' or '.', starting and ending with a letter or digit (e.g. 'grp-7')."
+            f"{short_repr(label)} is not a valid ephemeral resource label: use 1-63 letters, "
+            "digits, '-', '_' or '.', starting and ending with a letter or digit (e.g. 'grp-7')."
         )
     if label in PREDEFINED_RESOURCES or label.startswith("node:"):
         raise ReservedResourceError(
@@ -84,8 +87,14 @@ def validate_quantity(value: object, *, what: str = "quantity") -> float:
         InvalidCapacityError: otherwise, with the reason.
     """
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise InvalidCapacityError(f"{what} must be a number, got {value!r}.")
-    number = float(value)
+        raise InvalidCapacityError(f"{what} must be a number, got {short_repr(value)}.")
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond a float's range
+        raise InvalidCapacityError(
+            f"{what} must be at most {MAX_CAPACITY:g}, got a number too large for a float; "
+            "for 'unbounded' use escher.MAX_CAPACITY."
+        ) from None
     if math.isnan(number) or math.isinf(number):
         raise InvalidCapacityError(
             f"{what} must be finite, got {number}; for 'unbounded' use escher.MAX_CAPACITY."
@@ -111,7 +120,15 @@ class Resources(Mapping[str, float]):
 
     def __init__(self, values: ResourceLike = None, /, **kwargs: float) -> None:
         data: dict[str, float] = {}
-        items: list[tuple[Any, Any]] = list(values.items()) if values else []
+        if values is None:
+            items: list[tuple[Any, Any]] = []
+        elif isinstance(values, dict | Mapping):
+            items = list(values.items())
+        else:
+            raise ValidationError(
+                f"resources must be a mapping of resource name -> quantity (e.g. {{'CPU': 1}}), "
+                f"got {type(values).__name__} {short_repr(values)}."
+            )
         items.extend(kwargs.items())
         for name, quantity in items:
             validate_name(name)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import enum
 import itertools
+import math
+import numbers
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -14,6 +16,7 @@ from escher.core.errors import (
     TaskCancelledError,
     TaskError,
     ValidationError,
+    short_repr,
 )
 from escher.core.resources import Resources, validate_quantity
 
@@ -93,22 +96,108 @@ class TaskSpec:
     command: Sequence[str] | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "resources", Resources.of(self.resources))
+        if self.fn is not None and not callable(self.fn):
+            raise ValidationError(f"fn must be callable, got {short_repr(self.fn)}.")
+        if type(self.args) is not tuple:
+            if not isinstance(self.args, list | tuple):
+                raise ValidationError(
+                    f"args must be a tuple of the task's positional arguments, got "
+                    f"{short_repr(self.args)}."
+                )
+            object.__setattr__(self, "args", tuple(self.args))
+        if not isinstance(self.kwargs, Mapping) or not all(type(k) is str for k in self.kwargs):
+            raise ValidationError(
+                f"kwargs must be a mapping of keyword name -> value, got {short_repr(self.kwargs)}."
+            )
+        object.__setattr__(self, "resources", request_of(self.resources))
+        self._check_container()
+        self._check_options()
+
+    def _check_container(self) -> None:
+        if self.name is not None and not isinstance(self.name, str):
+            raise ValidationError(f"name must be a string, got {short_repr(self.name)}.")
+        if self.image is not None and (not isinstance(self.image, str) or not self.image):
+            raise ValidationError(
+                f"image must be a non-empty string, got {short_repr(self.image)}."
+            )
+        if self.command is not None and (
+            isinstance(self.command, str | bytes)
+            or not isinstance(self.command, Sequence)
+            or not all(isinstance(part, str) for part in self.command)
+        ):
+            raise ValidationError(
+                f"command must be a list of strings (e.g. ['python', '-c', '...']), got "
+                f"{short_repr(self.command)}."
+            )
         if not self.name:
             name = getattr(self.fn, "__name__", None) or (self.command or ["task"])[0]
             object.__setattr__(self, "name", str(name))
+        if self.fn is None and not self.command:
+            raise ValidationError("a task needs a callable or a container command.")
+
+    def _check_options(self) -> None:
         if (
             isinstance(self.max_retries, bool)
             or not isinstance(self.max_retries, int)
             or (self.max_retries < 0)
         ):
-            raise ValidationError(f"max_retries must be an int >= 0, got {self.max_retries!r}.")
+            raise ValidationError(
+                f"max_retries must be an int >= 0, got {short_repr(self.max_retries)}."
+            )
+        if not isinstance(self.retry_exceptions, bool):
+            raise ValidationError(
+                f"retry_exceptions must be True or False, got {short_repr(self.retry_exceptions)}."
+            )
         if self.duration is not None:
             object.__setattr__(self, "duration", validate_quantity(self.duration, what="duration"))
-        if self.fn is None and not self.command:
-            raise ValidationError("a task needs a callable or a container command.")
-        if self.fn is not None and not callable(self.fn):
-            raise ValidationError(f"{self.fn!r} is not callable.")
+
+
+def request_of(resources: object, what: str = "resources") -> Resources:
+    """`resources` as `Resources`, with errors naming the argument `what`.
+
+    Raises:
+        ValidationError: not a mapping of resource name -> quantity, or a bad name or
+            quantity in it.
+    """
+    if resources is None or type(resources) is Resources:
+        return resources or Resources()
+    if not isinstance(resources, Mapping):
+        raise ValidationError(
+            f"{what} must be a mapping of resource name -> quantity (e.g. {{'CPU': 1}}), got "
+            f"{type(resources).__name__} {short_repr(resources)}."
+        )
+    try:
+        return Resources(resources)
+    except ValidationError as exc:
+        raise type(exc)(f"{what}: {exc}") from None
+
+
+def check_timeout(timeout: object) -> float | None:
+    """A `timeout` argument: None (wait without limit) or finite seconds >= 0.
+
+    Raises:
+        ValidationError: anything else (NaN, infinity, negative, not a number).
+    """
+    if timeout is None:
+        return None
+    if type(timeout) is float or type(timeout) is int:
+        if 0 <= timeout < _MAX_TIMEOUT:
+            return timeout
+    elif not isinstance(timeout, bool) and isinstance(timeout, numbers.Real):
+        try:
+            value = float(timeout)
+        except OverflowError:
+            value = math.inf
+        if 0 <= value < _MAX_TIMEOUT:
+            return value
+    raise ValidationError(
+        f"timeout must be None (wait without limit) or a number of seconds from 0 to "
+        f"{_MAX_TIMEOUT:g}, got {short_repr(timeout)}."
+    )
+
+
+#: Longest timeout taken (threading refuses longer waits); None waits without limit.
+_MAX_TIMEOUT = float(threading.TIMEOUT_MAX)
 
 
 #: Keyword options of a task besides its body, arguments, request and name: what
@@ -123,6 +212,10 @@ class TaskRef:
         id: Unique id within this process.
         spec: The `TaskSpec` it runs.
     """
+
+    #: Set when a backend took the handle (`Backend.launch`); waiting on a plain handle
+    #: that no backend took is refused instead of blocking forever.
+    _launched = False
 
     def __init__(
         self,
@@ -180,7 +273,18 @@ class TaskRef:
         return self._attempts > 0
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Block until the task is done or `timeout` seconds pass; True if done."""
+        """Block until the task is done or `timeout` seconds pass; True if done.
+
+        Raises:
+            ValidationError: `timeout` is not None or finite seconds >= 0, or this handle
+                was built by hand and never launched (nothing would ever finish it).
+        """
+        timeout = check_timeout(timeout)
+        if not self._launched and type(self) is TaskRef and not self._state.final:
+            raise ValidationError(
+                f"task handle {self.id} ({self.name!r}) was never launched, so it never "
+                "finishes; wait on the handle escher.launch() returned."
+            )
         if self._waiter is not None and not self.done():
             self._waiter(self, timeout)
         with self._cond:

@@ -16,7 +16,10 @@ its nodes on this machine).
 The groups: ephemeral resources (single and bulk), matching and release, bad input, retries
 (the one retry rule), node loss (needs `add_spare_node` / `kill_node`, which default to
 `Backend.add_node` / `remove_node` on backends with Capability.NODE_MEMBERSHIP), atomic gangs
-(Capability.ATOMIC_GANG), cancel races, and introspection.
+(Capability.ATOMIC_GANG), cancel races, introspection, shrinking a label below what is in
+use, and fuzzed input at the boundary (`escher.testing.fuzz`: any arguments end in success or
+an escher error, never a raw error or a hang, and a refused call changes nothing; each fuzz
+test draws `fuzz_examples` examples).
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from escher.core.errors import (
     UnschedulableError,
     ValidationError,
 )
+from escher.core.nodespec import NodeSpec
 from escher.core.resources import Resources
 from escher.core.task import StatusCode, TaskSpec, TaskState
 
@@ -108,6 +112,14 @@ def first_attempt_hangs(path: str, release: str, block: bool) -> tuple[int, str]
     return attempt, escher.node_id()
 
 
+def hold_until(path: str, block: bool) -> str:
+    """If `block`, wait for file `path` to exist (<= 60 s); return the node id."""
+    deadline = time.monotonic() + 60
+    while block and not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return escher.node_id()
+
+
 def mark_ran(directory: str, key: str) -> str:
     """Create file `key` in `directory` (proof that this task's body ran)."""
     with open(os.path.join(directory, key), "a") as handle:
@@ -133,6 +145,8 @@ class BackendConformance:
     #: Test name -> why this backend does not conform yet. Such tests must fail (strict
     #: xfail), so a gap that closes shows up and its entry is removed.
     known_gaps: dict[str, str] = {}
+    #: Examples each fuzz test draws (lower it for backends where a call is slow).
+    fuzz_examples: int = 25
 
     @pytest.fixture(autouse=True)
     def _known_gap(self, request: pytest.FixtureRequest) -> None:
@@ -346,6 +360,9 @@ class BackendConformance:
             ("ok-label", math.inf, InvalidCapacityError),
             ("ok-label", "3", InvalidCapacityError),
             ("ok-label", True, InvalidCapacityError),
+            ("grp\n", 1, InvalidResourceNameError),
+            ("ok-label", 10**50, InvalidCapacityError),
+            ("ok-label", 10**400, InvalidCapacityError),
         ],
     )
     def test_bad_input_raises_and_changes_nothing(
@@ -366,6 +383,10 @@ class BackendConformance:
             backend.set_resource(label(), 1, 42)  # type: ignore[arg-type]
         with pytest.raises(InvalidNodeSpecError):
             backend.set_resource(label(), 1, {"CPU": 1}, num_nodes=0)
+        with pytest.raises(InvalidNodeSpecError):
+            backend.set_resource(label(), 1, self.nodes(backend)[0], num_nodes=1)
+        with pytest.raises(InvalidNodeSpecError):
+            backend.set_resource(label(), 1, NodeSpec.with_labels({"rack": "3"}), num_nodes=True)
         assert self.ephemeral_view(backend) == before
 
     def test_fractional_capacity(self, backend: Backend, label: Any) -> None:
@@ -624,3 +645,176 @@ class BackendConformance:
         assert wait_until(lambda: ref not in backend.tasks())
         facts = backend.describe()
         assert facts["name"] == backend.name and isinstance(facts["capabilities"], list)
+
+    # --- shrinking a label below what is in use ------------------------------------------
+    def test_shrink_below_use_keeps_running_tasks_and_blocks_new_ones(
+        self, backend: Backend, label: Any, tmp_path: Any
+    ) -> None:
+        """Running tasks keep what they hold; total is the new capacity, available is
+        max(0, total - in use); nothing new gets the label until use drops below it."""
+        self.needs(backend, Capability.PYTHON_TASKS)
+        node, name = self.nodes(backend)[0], label()
+        virtual = backend.clock.virtual
+        backend.set_resource(name, 2, node)
+        request = Resources({name: 1})
+        releases = [str(tmp_path / f"release-{i}") for i in range(2)]
+        holders = [
+            backend.launch(
+                TaskSpec(
+                    hold_until,
+                    (releases[i], not virtual),
+                    resources=request,
+                    duration=10.0 * (i + 1),
+                )
+            )
+            for i in range(2)
+        ]
+        try:
+            assert wait_until(lambda: all(h.started() for h in holders))
+            assert backend.set_resource(name, 1, node) == (node,)  # accepted, not refused
+            here = backend.get_cluster_state().node(node)
+            assert here.total[name] == 1 and here.available.get(name, 0.0) == 0
+            late = backend.launch(TaskSpec(where_am_i, resources=request, duration=1.0))
+            assert not late.wait(0.5 if not virtual else 0.0)
+            open(releases[0], "w").close()
+            assert holders[0].result(WAIT) == node
+            if not virtual:
+                time.sleep(0.5)  # room for a wrong placement to show
+            # in use 1 = the new capacity: still nothing new
+            assert not late.started() and late.status.code is not StatusCode.SCHEDULED
+            here = backend.get_cluster_state().node(node)
+            assert here.total[name] == 1 and here.available.get(name, 0.0) == 0
+        finally:
+            for path in releases:
+                open(path, "w").close()
+        assert holders[1].result(WAIT) == node
+        assert late.result(WAIT) == node
+        assert wait_until(
+            lambda: backend.get_cluster_state().node(node).available.get(name, 0.0) == 1
+        )
+
+    # --- fuzzed input at the boundary ------------------------------------------------------
+    def _fuzz(self, test: Callable[..., None], **strategies: Any) -> None:
+        from hypothesis import HealthCheck, given, settings
+
+        run = settings(
+            max_examples=self.fuzz_examples,
+            deadline=None,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )(given(**strategies)(test))
+        run()
+
+    def _forget_labels(self, backend: Backend, made: set[str]) -> None:
+        for node_id in backend.get_cluster_state().nodes:
+            with contextlib.suppress(Exception):
+                backend.set_resources(dict.fromkeys(made, 0), node_id)
+
+    def test_fuzz_set_resource(self, backend: Backend) -> None:
+        from escher.testing import fuzz
+
+        made: set[str] = set()
+
+        def check(name: Any, capacity: Any, spec: Any, num: Any) -> None:
+            outcome = fuzz.check_refused_or_done(
+                backend, lambda: backend.set_resource(name, capacity, spec, num_nodes=num)
+            )
+            if outcome.error is None:
+                made.add(name)
+                assert isinstance(outcome.value, tuple)
+
+        try:
+            self._fuzz(
+                check,
+                name=fuzz.labels(),
+                capacity=fuzz.capacities(),
+                spec=fuzz.node_specs(self.nodes(backend)),
+                num=fuzz.junk(),
+            )
+        finally:
+            self._forget_labels(backend, made)
+
+    def test_fuzz_set_resources(self, backend: Backend) -> None:
+        from hypothesis import strategies as st
+
+        from escher.testing import fuzz
+
+        made: set[str] = set()
+
+        def check(capacities: Any, spec: Any, num: Any) -> None:
+            outcome = fuzz.check_refused_or_done(
+                backend, lambda: backend.set_resources(capacities, spec, num_nodes=num)
+            )
+            if outcome.error is None:
+                made.update(capacities)
+
+        try:
+            self._fuzz(
+                check,
+                capacities=st.one_of(
+                    st.dictionaries(fuzz.labels(hashable=True), fuzz.capacities(), max_size=3),
+                    fuzz.junk(),
+                ),
+                spec=fuzz.node_specs(self.nodes(backend)),
+                num=st.one_of(st.none(), st.integers(-1, 3), fuzz.junk()),
+            )
+        finally:
+            self._forget_labels(backend, made)
+
+    def test_fuzz_launch(self, backend: Backend) -> None:
+        from hypothesis import strategies as st
+
+        from escher.testing import fuzz
+
+        self.needs(backend, Capability.PYTHON_TASKS)
+        launched: list[Any] = []
+
+        def check(fn: Any, resources: Any, name: Any, retries: Any, extra: Any) -> None:
+            outcome = fuzz.check_refused_or_done(
+                backend,
+                lambda: escher.launch(
+                    fn, 1, 2, resources=resources, name=name, max_retries=retries, **extra
+                ),
+            )
+            if outcome.error is None:
+                launched.append(outcome.value)
+                outcome.value.cancel()
+
+        self._fuzz(
+            check,
+            fn=st.one_of(st.just(add), fuzz.junk()),
+            resources=fuzz.requests(),
+            name=st.one_of(st.none(), st.just("fuzzed"), fuzz.junk()),
+            retries=st.one_of(st.integers(0, 1), fuzz.junk()),
+            extra=st.dictionaries(
+                st.sampled_from(["resource", "b", "names", "c"]), st.integers(0, 2), max_size=1
+            ),
+        )
+        for ref in launched:  # every launch that was taken ends (or was cancelled)
+            if ref.started():
+                assert ref.wait(WAIT)
+
+    def test_fuzz_get_and_cancel(self, backend: Backend) -> None:
+        from hypothesis import strategies as st
+
+        from escher.testing import fuzz
+
+        self.needs(backend, Capability.PYTHON_TASKS)
+        done = backend.launch(TaskSpec(add, (1, 2)))
+        assert done.wait(WAIT)
+
+        def check(refs: Any, timeout: Any) -> None:
+            for value in (refs, [done, refs]):
+
+                def call(value: Any = value) -> Any:
+                    return escher.get(value, timeout=timeout)
+
+                outcome = fuzz.call_bounded(call)
+                assert outcome.error is not None or isinstance(outcome.value, list)
+            fuzz.call_bounded(lambda: escher.cancel(refs))
+
+        self._fuzz(
+            check,
+            refs=st.one_of(fuzz.junk(), st.lists(fuzz.junk(), max_size=2)),
+            timeout=fuzz.timeouts(),
+        )
