@@ -53,7 +53,9 @@ def backend() -> Iterator[MemoryBackend]:
 
 @FUZZ
 @given(label=labels(), capacity=capacities(), spec=node_specs(NODES), num=junk())
-def test_set_resource(backend: MemoryBackend, label: Any, capacity: Any, spec: Any, num: Any) -> None:
+def test_set_resource(
+    backend: MemoryBackend, label: Any, capacity: Any, spec: Any, num: Any
+) -> None:
     escher.init(backend)
     outcome = check_refused_or_done(
         backend, lambda: escher.set_resource(label, capacity, spec, num_nodes=num)
@@ -142,7 +144,9 @@ def test_task_decorator_and_options(options: dict[str, Any], fn: Any) -> None:
 
 @FUZZ
 @given(node_id=junk(), having=junk(), selector=junk(), num=junk(), spec=node_specs(NODES))
-def test_node_spec_constructors(node_id: Any, having: Any, selector: Any, num: Any, spec: Any) -> None:
+def test_node_spec_constructors(
+    node_id: Any, having: Any, selector: Any, num: Any, spec: Any
+) -> None:
     call_bounded(lambda: NodeSpec(node_id=node_id))
     call_bounded(lambda: NodeSpec(node_id=node_id, having=having, labels=selector, num_nodes=num))
     call_bounded(lambda: NodeSpec.node(node_id))
