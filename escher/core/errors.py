@@ -23,7 +23,8 @@ EscherError
 │   ├── TaskFailedError                it raised; the exception type could not be rebuilt
 │   ├── TaskCancelledError             it was cancelled
 │   ├── NodeDiedError                  its node left and no retry remained
-│   └── UnschedulableError             no node can ever fit it (status INFEASIBLE)
+│   ├── UnschedulableError             no node can ever fit it (status INFEASIBLE)
+│   └── GangAbortedError               its gang's reservation was rolled back before it ran
 ├── GetTimeoutError (TimeoutError)     escher.get() timed out; the task keeps going
 └── VerificationError                  refused to launch a plan not proven feasible
 ```
@@ -132,6 +133,10 @@ class NodeDiedError(TaskError):
 
 class UnschedulableError(TaskError):
     """No node of the cluster can ever fit the task's request."""
+
+
+class GangAbortedError(TaskError):
+    """A gang member whose reservation was rolled back before it ran (it did not run)."""
 
 
 class GetTimeoutError(EscherError, TimeoutError):

@@ -104,8 +104,8 @@ def test_gang_of_names_the_members_while_they_live() -> None:
 
     with MemoryBackend({"n1": {"CPU": 1}}) as backend:
         assert backend.pending_elsewhere() == []
-        specs = [TaskSpec(fn=lambda: 1, resources={"CPU": 1}) for _ in range(2)]
-        refs = backend.launch_gang(specs)  # 2 CPUs on a 1-CPU cluster: waits
+        specs = [TaskSpec(fn=lambda: 1, resources={"grp": 1}) for _ in range(2)]
+        refs = backend.launch_gang(specs)  # no node has "grp" yet: waits
         assert backend.gang_of(refs[0]) == tuple(refs)
         refs[0].cancel()
         assert backend.gang_of(refs[1]) == ()

@@ -78,13 +78,27 @@ def test_competing_gangs_neither_deadlock_nor_starve(small: MemoryBackend) -> No
 
 
 def test_gang_gives_up_after_max_attempts(small: MemoryBackend) -> None:
-    with Gang(mode="ephemeral", timeout=0.02, backoff=0.01, max_attempts=2) as gang:
-        run = gang.run(gang_of(5))  # 5 nodes' worth on 4 nodes: never all at once
-        assert not run.wait_started(WAIT)
-        assert run.state == "failed" and run.attempts == 2
-        with pytest.raises(escher.EscherError, match="2 attempts"):
-            run.results(1)
+    gate = threading.Event()
+    blocker = escher.launch(gate.wait, WAIT, resources={"CPU": 2})  # one node stays busy
+    try:
+        with Gang(mode="ephemeral", timeout=0.02, backoff=0.01, max_attempts=2) as gang:
+            run = gang.run(gang_of(4))  # needs all four nodes at once: fits, but not now
+            assert not run.wait_started(WAIT)
+            assert run.state == "failed" and run.attempts == 2
+            with pytest.raises(escher.EscherError, match="2 attempts"):
+                run.results(1)
+    finally:
+        gate.set()
+    assert blocker.result(WAIT) is True
     assert wait_until(lambda: small.running_count() == 0)
+
+
+def test_gang_that_can_never_fit_fails_without_retrying(small: MemoryBackend) -> None:
+    with Gang(mode="ephemeral", timeout=0.02, backoff=0.01) as gang:  # max_attempts=None
+        run = gang.run(gang_of(5))  # 5 nodes' worth on 4 nodes: never all at once
+        with pytest.raises(escher.UnschedulableError, match="10 CPU in all"):
+            run.results(WAIT)
+        assert run.state == "failed" and run.attempts == 0
 
 
 def test_native_gang_on_virtual_clock() -> None:

@@ -109,6 +109,10 @@ class Matcher:
         self._candidates.clear()
         return record
 
+    def physical_names(self) -> set[str]:
+        """Every resource name some node defines itself."""
+        return set(self._physical_names)
+
     def is_physical(self, name: str) -> bool:
         """True if some node defines `name` itself."""
         return name in self._physical_names

@@ -32,6 +32,7 @@ from escher.core.errors import (
     ValidationError,
     did_you_mean,
 )
+from escher.core.fit import gang_fit, node_defined
 from escher.core.nodespec import NodeSpec
 from escher.core.resources import Resources, validate_quantity
 from escher.core.task import RetryCause, Status, StatusCode, TaskRef, TaskSpec, task_error
@@ -215,24 +216,62 @@ class MemoryBackend(Backend):
         refs = [self._new_ref(spec) for spec in specs]
         with self._lock:
             self._ensure_open()
-            errors = [
-                (ref, self._infeasible(ref))
-                for ref in refs
-                if not self._matcher.physically_feasible(ref.spec.resources)
-            ]
-            if not errors:
+            why_not = self._gang_never_fits(refs)
+            if why_not is None:
                 gang = _PendingGang(refs, next(self._gang_seq))
                 self._gangs.setdefault(gang.shape, deque()).append(gang)
                 started = self._place_locked()
                 for ref in refs:
                     if ref.node_id is None:
-                        ref.set_status(Status(StatusCode.UNSCHEDULABLE, "gang waits for room"))
-        if errors:
-            for ref in refs:  # all or nothing: a gang with an infeasible member never runs
-                ref.set_exception(errors[0][1])
+                        ref.set_status(Status(StatusCode.UNSCHEDULABLE, self._gang_why(refs)))
+        if why_not is not None:
+            self._fail_gang(refs, why_not)  # all or nothing: it never runs
             return refs
         self._start(started)
         return refs
+
+    def _gang_never_fits(self, refs: list[TaskRef]) -> str | None:
+        """Why no set of live nodes could ever hold the gang at once, or None (it may)."""
+        defined = self._matcher.physical_names()
+        fit = gang_fit(
+            [node_defined(ref.spec.resources, defined) for ref in refs],
+            {rec.id: rec.physical for rec in self._matcher},
+        )
+        return fit.reason if fit.possible is False else None
+
+    def _gang_why(self, refs: list[TaskRef]) -> str:
+        blocked = next(
+            (r.spec.resources for r in refs if self._matcher.find(r.spec.resources) is None), None
+        )
+        detail = (
+            self._why(blocked)
+            if blocked is not None
+            else "each member fits somewhere now, but not all at once"
+        )
+        return f"gang of {len(refs)} waits for room for all its members at once: {detail}"
+
+    def _drop_infeasible_gangs(self) -> list[tuple[list[TaskRef], str]]:
+        """Take out the waiting gangs that no set of live nodes could hold any more."""
+        dropped: list[tuple[list[TaskRef], str]] = []
+        for shape, queue in list(self._gangs.items()):
+            why_not = self._gang_never_fits(queue[0].refs)  # one shape fits or fails alike
+            if why_not is not None:
+                del self._gangs[shape]
+                dropped.extend((gang.refs, why_not) for gang in queue)
+        return dropped
+
+    @staticmethod
+    def _fail_gang(refs: list[TaskRef], why_not: str) -> None:
+        for ref in refs:
+            ref.set_status(Status(StatusCode.INFEASIBLE, why_not))
+        for ref in refs:
+            ref.set_exception(
+                task_error(
+                    f"its gang can never be placed: {why_not}. Ask for less or add nodes",
+                    ref,
+                    UnschedulableError,
+                )
+            )
 
     def _infeasible(self, ref: TaskRef) -> UnschedulableError:
         reason = (
@@ -312,6 +351,8 @@ class MemoryBackend(Backend):
                 return None, exc
 
     def _run_real(self, run: _Running) -> None:
+        if self._running.get(run.ref.id) is not run:
+            return  # its node left before a thread was free: the attempt was retried or failed
         value, error = self._call(run)
         self._complete(run, value, error)
 
@@ -457,9 +498,12 @@ class MemoryBackend(Backend):
                 if not self._matcher.physically_feasible(entry.request):
                     self._queue.remove(entry.ref, self._matcher)
                     failed.append((entry.ref, self._infeasible(entry.ref)))
+            gangs = self._drop_infeasible_gangs()
             started = self._place_locked()
         for ref, error in failed:
             ref.set_exception(error)
+        for refs, why_not in gangs:
+            self._fail_gang(refs, why_not)
         self._start(started)
 
     # --- lifecycle ----------------------------------------------------------------------

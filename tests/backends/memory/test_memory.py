@@ -117,19 +117,31 @@ def test_added_node_takes_waiting_work() -> None:
 
 def test_gang_is_all_or_nothing() -> None:
     backend = MemoryBackend(nodes={"a": {"CPU": 2}, "b": {"CPU": 2}}, virtual_clock=True)
+    gate = backend.launch(spec(resources={"CPU": 2}, duration=5))  # "a" or "b" is busy
+    gang = backend.launch_gang([spec(resources={"CPU": 2}, duration=1) for _ in range(2)])
+    assert all(ref.node_id is None for ref in gang)  # fits, but not while one node is busy
+    backend.run()
+    assert gate.done() and sorted(ref.node_id or "" for ref in gang) == ["a", "b"]
+    assert all(ref.state is TaskState.FINISHED and ref.started() for ref in gang)
+
+
+def test_gang_no_live_nodes_could_hold_fails_at_once() -> None:
+    backend = MemoryBackend(nodes={"a": {"CPU": 2}, "b": {"CPU": 2}}, virtual_clock=True)
     gang = backend.launch_gang([spec(resources={"CPU": 2}, duration=1) for _ in range(3)])
-    backend.run()
-    assert all(ref.node_id is None for ref in gang)  # 3 x 2 CPU never fit on 2 x 2 CPU
+    for ref in gang:  # 3 x 2 CPU never fit on 2 x 2 CPU
+        with pytest.raises(UnschedulableError, match="6 CPU in all; the live nodes have 4"):
+            ref.result()
+        assert not ref.started()
     assert backend.get_cluster_state().nodes["a"].available["CPU"] == 2
-    backend.add_node("c", {"CPU": 2})
+    backend.add_node("c", {"CPU": 2})  # now a new gang of that shape fits
+    again = backend.launch_gang([spec(resources={"CPU": 2}, duration=1) for _ in range(3)])
     backend.run()
-    assert sorted(ref.node_id or "" for ref in gang) == ["a", "b", "c"]
-    assert all(ref.state is TaskState.FINISHED for ref in gang)
+    assert sorted(ref.node_id or "" for ref in again) == ["a", "b", "c"]
 
 
 def test_cancelling_one_gang_member_cancels_the_gang() -> None:
     backend = MemoryBackend(nodes={"a": {"CPU": 1}}, virtual_clock=True)
-    gang = backend.launch_gang([spec(resources={"CPU": 1}) for _ in range(2)])
+    gang = backend.launch_gang([spec(resources={"grp": 1}) for _ in range(2)])
     assert gang[1].cancel() is True
     for ref in gang:
         with pytest.raises(TaskCancelledError):
