@@ -55,6 +55,7 @@ deletes them at the end.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import random
 import shutil
@@ -702,13 +703,11 @@ class _Stress:
 
     # --- drain and final checks ----------------------------------------------------------------
     def _drain(self) -> None:
-        """Give every label a home, then wait (bounded) for every task to end."""
-        home = self.core[0]
-        self._write(
-            home,
-            dict.fromkeys(self.churn_labels, 1.0),
-            lambda: self.backend.set_resources(dict.fromkeys(self.churn_labels, 1.0), home),
-        )
+        """Give every churn label a home on every given node (so each request fits on a
+        node that also has its fixed label), then wait (bounded) for every task to end."""
+        homes = dict.fromkeys(self.churn_labels, 1.0)
+        for home in self.core:
+            self._write(home, homes, functools.partial(self.backend.set_resources, homes, home))
         deadline = time.monotonic() + self.config.drain_timeout
         for task in list(self.tasks.values()):
             if task.ref is not None:
