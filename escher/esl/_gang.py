@@ -289,6 +289,8 @@ class Gang(ESL):
             A `GangRun`; ``run.results(timeout)`` waits for the members' values.
         """
         self._check_open()
+        if not isinstance(members, Sequence) or isinstance(members, str):
+            raise ValidationError("a gang needs a list of one or more escher.esl.Member entries.")
         members = list(members)
         if not members or not all(isinstance(m, Member) for m in members):
             raise ValidationError("a gang needs one or more escher.esl.Member entries.")

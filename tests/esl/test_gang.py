@@ -118,6 +118,11 @@ def test_gang_input_errors(small: MemoryBackend) -> None:
         with pytest.raises(ValidationError):
             gang.run([])
         with pytest.raises(ValidationError):
+            gang.run(5)  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="max_attempts"):
+        Gang(mode="ephemeral", max_attempts=0)
+    with Gang(mode="ephemeral") as gang:
+        with pytest.raises(ValidationError):
             gang.launch(escher.node_id)
     with pytest.raises(ValidationError):
         Gang(mode="sometimes")
