@@ -34,6 +34,13 @@ class _OnCluster(BackendConformance):
 
 class TestRayResizeConformance(_OnCluster):
     mode = "resize"
+    known_gaps = {
+        **_OnCluster.known_gaps,
+        "test_shrink_below_use_keeps_running_tasks_and_blocks_new_ones": (
+            "Ray ignores a shrink below use; resize mode does not emulate the shared rule yet "
+            "(the snapshot after the shrink is not total 1, available 0)"
+        ),
+    }
 
 
 class TestRayLedgerConformance(_OnCluster):
