@@ -230,5 +230,5 @@ def test_init_checks_its_arguments(backend: MemoryBackend) -> None:
 
 
 def test_plan_add_task_checks_creates() -> None:
-    with pytest.raises(ValidationError, match="creates of task 't' must be a mapping"):
+    with pytest.raises(ValidationError, match="creates of task 't' must map"):
         Plan().add_task("t", {"CPU": 1}, creates=["grp"])  # type: ignore[arg-type]

@@ -121,8 +121,7 @@ def test_gang_input_errors(small: MemoryBackend) -> None:
             gang.run(5)  # type: ignore[arg-type]
     with pytest.raises(ValidationError, match="max_attempts"):
         Gang(mode="ephemeral", max_attempts=0)
-    with Gang(mode="ephemeral") as gang:
-        with pytest.raises(ValidationError):
-            gang.launch(escher.node_id)
+    with Gang(mode="ephemeral") as gang, pytest.raises(ValidationError):
+        gang.launch(escher.node_id)
     with pytest.raises(ValidationError):
         Gang(mode="sometimes")
