@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TypeAlias
@@ -104,6 +105,8 @@ class NodeSpec:
         if isinstance(spec, str):
             if not spec:
                 raise InvalidNodeSpecError("node_spec is an empty node id.")
+            if num_nodes is None and cls is NodeSpec:
+                return _by_node_id(spec)
             return cls(node_id=spec, num_nodes=num_nodes)
         if isinstance(spec, Mapping):
             try:
@@ -157,6 +160,12 @@ class NodeSpec:
         if self.having is not None:
             return f"nodes with {self.having.to_dict()} available{cap}"
         return f"nodes labelled {dict(self.labels or {})}{cap}"
+
+
+@functools.lru_cache(maxsize=4096)
+def _by_node_id(node_id: str) -> NodeSpec:
+    """The (immutable) spec of one node id, built once: `set_resource` by id is hot."""
+    return NodeSpec(node_id=node_id)
 
 
 def _check_num_nodes(num_nodes: object) -> int | None:
