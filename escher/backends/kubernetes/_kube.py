@@ -177,6 +177,8 @@ class KubeApi:
 
     def delete_pod(self, namespace: str, name: str, uid: str | None = None) -> bool:
         """Delete at once (grace period 0). False if it was already gone."""
+        if not name:  # an empty name would address the collection: every pod of the namespace
+            raise ValueError("delete_pod needs a pod name")
         options: dict[str, Any] = {"gracePeriodSeconds": 0}
         if uid:
             options["preconditions"] = {"uid": uid}

@@ -463,7 +463,12 @@ class KubernetesBackend(Backend):
 
     def _create_pod(self, task: _Task) -> None:
         name = pod_name(task.spec.name)
-        manifest = self._pod_manifest(task, name)
+        try:
+            manifest = self._pod_manifest(task, name)
+        except Exception:
+            with self._lock:
+                self._by_ref.pop(task.ref.id, None)
+            raise
         with self._lock:
             self._tasks[name] = task
         with task.lock:
@@ -642,7 +647,8 @@ class KubernetesBackend(Backend):
             task.cancelled = True
             name = task.pod
         try:
-            self._api.delete_pod(self.namespace, name)
+            if name:
+                self._api.delete_pod(self.namespace, name)
         except Exception as exc:
             log.warning("could not delete cancelled pod %s: %s", name, exc)
         self._forget(name)

@@ -320,12 +320,21 @@ def test_container_tasks(backend: Any) -> None:
 
 
 def test_python_callable_needs_an_image(k8s_cluster: Any) -> None:
+    """The refused launch leaves nothing behind: closing deletes no pod (none of another's)."""
+    bystander = k8s_cluster.backend("extra")
     bare = k8s_cluster.backend("extra", image=None)
     try:
+        running = bystander.launch(TaskSpec(_tasks.sleep_then_node, (3.0,)))
+        assert wait_until(running.started, WAIT)
         with pytest.raises(ConfigError, match="image"):
             bare.launch(TaskSpec(_tasks.env_node))
+        assert bare.tasks() == []
+        bare.close()
+        assert running.result(WAIT) in POOLS["extra"]
+        assert running.retries == 0, "closing the refused backend deleted another's pod"
     finally:
         bare.close()
+        bystander.close()
 
 
 def test_registry_name_and_alias(k8s_cluster: Any) -> None:
