@@ -235,3 +235,7 @@ def _plot(rows: list[dict], path: str) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     print(f"plot: {path}")
+
+
+if __name__ == "__main__":
+    main()
