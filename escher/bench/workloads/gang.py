@@ -5,8 +5,9 @@ nodes / 256 CPUs: FrameSpace (Ray placement groups, 1624 LoC) 381 ms, LibSpace (
 ESL, 261 LoC) 892 ms, AppSpace (the application, 78 LoC) 937 ms.
 
 Those latencies are control-plane costs, so the simulation replays each protocol's calls on
-the virtual clock with per-call costs measured on this machine's Ray 2.60 (FACTS.md), every
-cost jittered by a seeded log-normal factor; placement itself is escher's (the in-memory
+the virtual clock with per-call costs measured on a local Ray 2.60 on 2 cores (`Params`;
+`bench/ray_backend.py` times the resize and gang calls), every cost jittered by a seeded
+log-normal factor; placement itself is escher's (the in-memory
 backend's matcher, real ephemeral resources). A gang of `members` 1-CPU tasks on an idle
 cluster of `nodes` x `cpus_per_node`:
 
@@ -64,7 +65,7 @@ PAPER_LOC = {"native": 1624, "esl": 261, "app": 78}
 
 @dataclass(frozen=True)
 class Params:
-    """Cost model (seconds); defaults measured on Ray 2.60 here (FACTS.md) or stated."""
+    """Cost model (seconds); defaults measured on a local Ray 2.60, or stated."""
 
     nodes: int = 32
     cpus_per_node: int = 8

@@ -53,7 +53,7 @@ class Params:
     nic_gbps: float = 1.0
     fetch_latency_s: float = 0.005
     reduce_s: float = 3.0
-    set_resource_s: float = 0.004  # Kubernetes JSON patch median (FACTS.md)
+    set_resource_s: float = 0.004  # node-status patch median (bench/k8s_backend.py)
 
 
 def _nodes(n: int, cpus: int) -> dict[str, dict[str, float]]:
