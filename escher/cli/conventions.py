@@ -52,6 +52,7 @@ from escher.core.errors import (
     EscherError,
     NotInitializedError,
     ValidationError,
+    did_you_mean,
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -198,6 +199,20 @@ def backend_option(function: F) -> F:
     )(function)
 
 
+class SuggestingChoice(click.Choice):  # type: ignore[type-arg]
+    """A `click.Choice` whose error suggests the closest choice (``Did you mean 'json'?``)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        """The choice `value` names; a near miss fails with a suggestion."""
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter as exc:
+            hint = did_you_mean(str(value), [str(choice) for choice in self.choices])
+            if not hint:
+                raise
+            self.fail(f"{exc.message}{hint}", param, ctx)
+
+
 def _json_requested(args: Sequence[str]) -> bool:
     pairs = zip(args, [*args[1:], ""], strict=True)
     return "--format=json" in args or any(a == "--format" and b == "json" for a, b in pairs)
@@ -214,6 +229,9 @@ class EscherCommand(click.Command):
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
+        for param in self.params:  # every choice, also of options declared by hand, suggests
+            if type(param.type) is click.Choice:
+                param.type = SuggestingChoice(param.type.choices, param.type.case_sensitive)
         self.examples = tuple(examples)
         self.exit_codes = {**SHARED_EXIT_CODES, **(exit_codes or {})}
 
@@ -293,6 +311,7 @@ __all__ = [
     "SHARED_EXIT_CODES",
     "EscherCommand",
     "ExitCode",
+    "SuggestingChoice",
     "backend_option",
     "command",
     "console",

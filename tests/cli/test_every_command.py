@@ -115,3 +115,25 @@ def test_usage_mistakes_exit_3_on_stderr(name: str) -> None:
     assert "No such option" in result.stderr and result.stdout == ""
     result = CliRunner().invoke(main, [name, "--no-such-option", "--format", "json"])
     assert result.exit_code == 3 and json.loads(result.stderr)["error"]["code"] == 3
+
+
+def _choice_options(name: str) -> list[tuple[str, str]]:
+    command = main.get_command(click_context, name)
+    if isinstance(command, UnavailableCommand):
+        return []
+    return [
+        (param.opts[0], str(param.type.choices[0]))
+        for param in getattr(command, "params", [])
+        if isinstance(param, click.Option) and isinstance(param.type, click.Choice)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "option", "choice"),
+    [(n, o, c) for n in COMMAND_NAMES for o, c in _choice_options(n)],
+)
+def test_a_mistyped_choice_gets_a_suggestion(name: str, option: str, choice: str) -> None:
+    typo = choice[:-1] + ("x" if len(choice) < 4 else "")
+    result = CliRunner().invoke(main, [name, option, typo])
+    assert result.exit_code == 3, result.output
+    assert f"Did you mean {choice!r}?" in result.stderr, result.stderr
