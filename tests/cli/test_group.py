@@ -24,6 +24,21 @@ def test_unknown_subcommand_suggests(typed: str, meant: str) -> None:
     assert f"Did you mean {meant!r}?" in result.stderr and result.stdout == ""
 
 
+def _typos(name: str) -> list[str]:
+    """A letter doubled, the first dropped (or a letter inserted), the last two swapped."""
+    dropped = name[1:] if len(name) > 3 else name[0] + "x" + name[1:]
+    return [name + name[-1], dropped, name[:-2] + name[-1] + name[-2]]
+
+
+@pytest.mark.parametrize(
+    ("typed", "meant"), [(typo, name) for name in sorted(COMMANDS) for typo in _typos(name)]
+)
+def test_every_subcommand_is_suggested_when_mistyped(typed: str, meant: str) -> None:
+    result = CliRunner().invoke(main, [typed, "--help"])
+    assert result.exit_code == 3, result.output
+    assert f"Did you mean {meant!r}?" in result.stderr and result.stdout == ""
+
+
 def test_command_whose_extra_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(main.lazy, "phantom", CommandEntry("escher_no_such_module:cmd", "k8s"))
     listing = CliRunner().invoke(main, ["--help"])
