@@ -19,7 +19,7 @@ from typing import TypeVar
 
 from escher.core.cluster import ClusterState
 from escher.core.plan import Plan
-from escher.verify import _smt
+from escher.verify import _arcflow, _smt
 from escher.verify._bounds import precheck
 from escher.verify._greedy import STRATEGIES, Timeout, check, greedy
 from escher.verify._model import Item, Mods, Problem, build
@@ -108,6 +108,27 @@ def _greedy_stage(run: _Run) -> Decision | None:
         got = run.found(placement, f"greedy witness ({strategy})")
         if got is not None:
             return got
+    return None
+
+
+def _arcflow_stage(run: _Run) -> Decision | None:
+    """The arc-flow model (HiGHS): exact for one dimension, else each dimension alone."""
+    if not _arcflow.available() or not applicable(run.p):
+        return None
+    status, placement = run.timed("arcflow", lambda: _arcflow.solve(run.p, run.deadline))
+    if status == "feasible":
+        return run.found(placement, "arc-flow model (HiGHS)")
+    if status == "infeasible":
+        return run.infeasible(
+            _all_statements(run.p),
+            "arc-flow model (HiGHS)",
+            "the tasks do not pack into the nodes (the exact arc-flow model has no solution)",
+        )
+    core = run.timed("arcflow", lambda: _arcflow.project(run.p, run.deadline))
+    if core is not None:
+        return run.infeasible(
+            core, "arc-flow model of one resource (HiGHS)", _core_cause(run.p, core)
+        )
     return None
 
 
@@ -275,7 +296,14 @@ def decide(
         conflict = run.timed("precheck", lambda: precheck(p))
         if conflict is not None:
             return run.infeasible(conflict.core, conflict.method, conflict.cause)
-    stages = [_greedy_stage, _relaxed_stage, _quick_search_stage, _search_stage, _exact_stage]
+    stages = [
+        _greedy_stage,
+        _arcflow_stage,
+        _relaxed_stage,
+        _quick_search_stage,
+        _search_stage,
+        _exact_stage,
+    ]
     if sum(it.mult for it in p.items) <= SMALL:
         stages = [_greedy_stage, _exact_stage, _relaxed_stage, _search_stage]
     if not fast:
