@@ -186,6 +186,8 @@ class Explainer:
                 f" No node has {', '.join(orphans)} and no policy of this process owns it: "
                 "create it with escher.set_resource, or drop it from the request."
             )
+            known = {name for node in self.state.nodes.values() for name in node.total}
+            summary += did_you_mean(orphans[0], known)
         policy_waits = tuple(
             WaitReason(c.wait_kind or "resource", c.waiting, c.source)
             for c in contributions
