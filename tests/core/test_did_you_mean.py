@@ -51,3 +51,14 @@ def test_many_choices() -> None:
     choices = [f"live-{k}" for k in range(20_000)]
     assert closest("live-1234x", choices) == "live-1234"
     assert closest("zzzzzzzzzzzzzzzzzzzzzzzz", choices) is None
+
+
+def test_why_suggests_the_label_a_mistyped_request_meant() -> None:
+    with escher.init(nodes={"n1": {"CPU": 1}}):
+        escher.set_resource("fast-disk", 1, "n1")
+        ref = escher.launch(escher.node_id, resources={"fast-disc": 1})
+        assert "Did you mean 'fast-disk'?" in escher.why(ref).render()
+        other = escher.launch(escher.node_id, resources={"zzz": 1})
+        assert "Did you mean" not in escher.why(other).render()
+        ref.cancel()
+        other.cancel()
