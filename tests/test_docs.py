@@ -1,4 +1,5 @@
-"""Every ```python block in docs/ runs, page by page, in one namespace per page.
+"""Every ```python block in docs/ runs, page by page, in one namespace per page; every `escher`
+command line shown in the docs names a real command and its real options.
 
 Blocks fenced ```python no-run are skipped (cluster-only snippets that another test runs).
 A page with a block fenced ```python k8s needs the local control plane: its test carries
@@ -68,3 +69,56 @@ def test_mkdocs_build_strict(tmp_path: Path) -> None:
         env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+_SHELL_BLOCK = re.compile(r"^```(?:console|bash|shell|sh|text)[^\n]*\n(.*?)^```", re.S | re.M)
+#: Commands the docs mistype to show the suggestion.
+_MISTYPED_ON_PURPOSE = {"verfy"}
+_INLINE = re.compile(r"(?<!`)`(escher [a-z][^`\n]*)`(?!`)")
+
+
+def escher_command_lines() -> list[tuple[str, str]]:
+    """(where, command) of every ``escher ...`` line in the shell blocks of the docs and README."""
+    found = []
+    for page in [DOCS.parent / "README.md", DOCS.parent / "CONTRIBUTING.md", *DOCS.rglob("*.md")]:
+        text = page.read_text()
+        for block in _SHELL_BLOCK.findall(text):
+            for line in block.splitlines():
+                command = line.strip().removeprefix("$ ")
+                if command.startswith("escher "):
+                    found.append((page.name, command))
+        found += [(page.name, span) for span in _INLINE.findall(text)]
+    return found
+
+
+def test_every_documented_command_line_parses() -> None:
+    """Each `escher` line in the docs and in `--help` names a real command and its options."""
+    import shlex
+
+    import click
+
+    from escher.cli import main
+    from escher.cli._group import UnavailableCommand
+
+    context = click.Context(main, info_name="escher")
+    lines = escher_command_lines()
+    assert len(lines) > 20
+    for name in main.list_commands(context):  # and the Examples of every --help
+        examples = getattr(main.get_command(context, name), "examples", ())
+        lines += [(f"escher {name} --help", example) for example in examples]
+    for where, line in lines:
+        words = shlex.split(line, comments=True)[1:]
+        if not words or words[0].startswith("-") or not words[0].islower():
+            continue  # the group's own options, or a placeholder (escher COMMAND --help)
+        if words[0] in _MISTYPED_ON_PURPOSE:
+            continue
+        command = main.get_command(context, words[0])
+        assert command is not None, f"{where}: {line!r}: no command {words[0]!r}"
+        if isinstance(command, UnavailableCommand):
+            continue  # its extra is not installed here
+        options = {opt for param in command.params for opt in [*param.opts, *param.secondary_opts]}
+        options.add("--help")
+        for word in words[1:]:
+            name = word.split("=", 1)[0]
+            if name.startswith("-") and name != "-":
+                assert name in options, f"{where}: {line!r}: escher {words[0]} has no {name}"
