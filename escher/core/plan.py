@@ -345,13 +345,14 @@ class Plan:
         for i, raw in enumerate(data.get("resources", ())):
             _at(f"{source}: resources[{i}]", lambda r=raw: _add_resource(plan, r))
         total = 0
+        shared: dict[tuple[tuple[str, Any], ...], Resources] = {}
         for i, raw in enumerate(data["tasks"]):
             total += raw.get("count", 1)
             if total > MAX_REPLICAS:
                 raise PlanFormatError(
                     f"{source}: tasks[{i}].count: more than {MAX_REPLICAS:,} replicas in all."
                 )
-            _at(f"{source}: tasks[{i}]", lambda r=raw: _add_task(plan, r))
+            _at(f"{source}: tasks[{i}]", lambda r=raw: _add_task(plan, r, shared))
         for i, raw in enumerate(data.get("intents", ())):
             _at(f"{source}: intents[{i}]", lambda r=raw: plan.add_intent(_intent_from_dict(r)))
         for key, domains in data.get("topologies", {}).items():
@@ -527,10 +528,18 @@ def _task_to_dict(t: PlannedTask) -> dict[str, Any]:
     }
 
 
-def _add_task(plan: Plan, raw: Mapping[str, Any]) -> None:
+def _add_task(
+    plan: Plan, raw: Mapping[str, Any], shared: dict[tuple[tuple[str, Any], ...], Resources]
+) -> None:
+    """One task entry; identical requests share one `Resources` (a plan written one entry
+    per task checks and hashes each distinct request once)."""
+    request = raw.get("resources") or {}
+    key = tuple(sorted(request.items()))
+    if key not in shared:
+        shared[key] = Resources.of(request)
     plan.add_task(
         raw["name"],
-        raw.get("resources") or {},
+        shared[key],
         count=raw.get("count", 1),
         creates=raw.get("creates") or None,
         concurrent=raw.get("concurrent", True),
