@@ -27,6 +27,7 @@ Semantics (see docs/verify.md):
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -318,8 +319,10 @@ def intent_statement(index: int, intent: Intent) -> Statement:
     return Statement(f"intent:{index}", "intent", f"{intent.describe()} ({src})", src)
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def task_statement(task: PlannedTask) -> Statement:
-    """The statement for a planned task."""
+    """The statement for a planned task (cached: explanations and intent proofs rebuild
+    sub-problems of one plan many times)."""
     req = {k: (int(v) if float(v).is_integer() else v) for k, v in task.resources.items()}
     conc = "" if task.concurrent else ", not concurrent"
     text = f"task {task.name!r} x{task.count} requesting {req}{conc}"

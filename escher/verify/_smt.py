@@ -14,7 +14,7 @@ Both return ("sat", targets) | ("unsat", core statement ids) | ("unknown", reaso
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +31,10 @@ CUTS = 6
 
 Outcome = tuple[str, Any]
 
+#: A class whose items come from more statements than this gets one assumption literal (a
+#: plan written one entry per task then costs what replicas cost).
+FAMILY_ITEMS = 8
+
 
 class _Lits:
     """One assumption literal per statement id."""
@@ -38,6 +42,23 @@ class _Lits:
     def __init__(self, ctx: z3.Context) -> None:
         self.ctx = ctx
         self.lits: dict[str, z3.BoolRef] = {}
+        self.families: dict[str, frozenset[str]] = {}
+
+    def family(self, sids: Iterable[str]) -> z3.BoolRef:
+        """One literal for the statements of many interchangeable items (its place in an
+        unsat core stands for all of them; minimisation then finds how many are needed)."""
+        key = f"family:{len(self.families)}"
+        self.families[key] = frozenset(sids)
+        lit = self(key)
+        assert lit is not None
+        return lit
+
+    def expand(self, keys: Iterable[str]) -> set[str]:
+        """Statement ids behind literals' keys."""
+        out: set[str] = set()
+        for k in keys:
+            out |= self.families.get(k, {k})
+        return out
 
     def __call__(self, sid: str | None) -> z3.BoolRef | None:
         if sid is None:
@@ -119,19 +140,27 @@ def _rows(e: _Enc) -> None:
         row = [z3.Int(f"x{ci}_{b}", ctx) for b in range(len(e.bins))]
         for v in row:
             e.s.add(v >= 0)
-        count = z3.Sum(
-            [
-                z3.If(g, e.p.items[i].mult, 0)
-                if (g := e.lits.all(sorted(e.p.items[i].stmts))) is not None
-                else z3.IntVal(e.p.items[i].mult, ctx)
-                for i in idxs
-            ]
-        )
-        e.s.add(z3.Sum(row) == count)
+        e.s.add(z3.Sum(row) == _count(e, idxs))
         e.x.append(row)
         it = e.rep(ci)
         for b, bin_ in enumerate(e.bins):
             _zeros(e, it, row[b], bin_)
+
+
+def _count(e: _Enc, idxs: list[int]) -> z3.ArithRef:
+    """The copies of a class, each item's guarded by its statements' literals."""
+    items = [e.p.items[i] for i in idxs]
+    if sum(len(it.stmts) for it in items) > FAMILY_ITEMS and all(it.stmts for it in items):
+        g = e.lits.family(s for it in items for s in it.stmts)
+        return z3.If(g, z3.IntVal(sum(it.mult for it in items), e.s.ctx), 0)
+    return z3.Sum(
+        [
+            z3.If(g, it.mult, 0)
+            if (g := e.lits.all(sorted(it.stmts))) is not None
+            else z3.IntVal(it.mult, e.s.ctx)
+            for it in items
+        ]
+    )
 
 
 def _zeros(e: _Enc, it: Item, var: z3.ArithRef, bin_: _Bin) -> None:
@@ -278,8 +307,8 @@ def _solve(e: _Enc) -> Outcome:
     assumptions = list(e.lits.lits.values())
     res = e.s.check(*assumptions)
     if res == z3.unsat:
-        back = {str(v): k for k, v in e.lits.lits.items()}
-        return ("unsat", {back[str(x)] for x in e.s.unsat_core()})
+        back = {v.get_id(): k for k, v in e.lits.lits.items()}  # ids: no printing
+        return ("unsat", e.lits.expand(back[x.get_id()] for x in e.s.unsat_core()))
     if res != z3.sat:
         return ("unknown", str(e.s.reason_unknown()) or "solver gave up")
     model = e.s.model()
