@@ -22,6 +22,7 @@ Families (expected verdict by construction):
   u  suffix: the same plan written one entry per task instead of replicas
 
     python bench/verify_scaling.py [--quick] [--baseline-timeout S] [--timeout S] [--seed N]
+        [--only FAMILIES] [--min-nodes N] [--max-nodes N] [--repeat N]
 """
 
 from __future__ import annotations
@@ -336,6 +337,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=1, help="runs per instance (medians)")
     ap.add_argument("--only", default="", help="comma-separated families to run")
     ap.add_argument("--max-nodes", type=int, default=10**9, help="skip larger instances")
+    ap.add_argument("--min-nodes", type=int, default=0, help="skip smaller instances")
     args = ap.parse_args()
     print(
         f"{'family':>8} {'size':>14} {'tasks':>6} {'expect':>10} {'escher':>10} "
@@ -346,7 +348,7 @@ def main() -> int:
     all_agree = True
     with tempfile.TemporaryDirectory() as tmp:
         for fam, n, make in instances(args.quick, args.seed):
-            if (only and fam not in only) or n > args.max_nodes:
+            if (only and fam not in only) or not args.min_nodes <= n <= args.max_nodes:
                 continue
             plan, cluster, feasible = make()
             expect = "feasible" if feasible else "infeasible"
