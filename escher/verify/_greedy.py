@@ -127,7 +127,10 @@ def _order_nodes(p: Problem, it: Item, strategy: str = "align") -> list[int]:
         if strategy == "align":
             reqn = {r: need[r] / totals[r] for r in need}
             dot = sum(reqn[r] * capn[r] for r in need)
-            norm = (sum(a * a for a in reqn.values()) * p.type_norm(t)) ** 0.5 or 1.0
+            # the angle within the resources the item needs (what else a type has is the
+            # waste above; hundreds of labels would otherwise drown CPU and memory)
+            norm = (sum(a * a for a in reqn.values()) * sum(c * c for c in capn.values())) ** 0.5
+            norm = norm or 1.0
             tie = -dot / norm
         elif strategy == "big":
             tie = -p.type_size(t)

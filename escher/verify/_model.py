@@ -178,17 +178,6 @@ class Problem:
             )
         return float(self.memo[key])
 
-    def type_norm(self, t: int) -> float:
-        """Squared norm of type `t`'s capacity vector, each resource relative to its total."""
-        key = f"norm:{t}"
-        if key not in self.memo:
-            totals = self.totals()
-            self.memo[key] = sum(
-                ((totals[r] if c is None else c) / totals[r]) ** 2
-                for r, c in enumerate(self.types[t].cap)
-            )
-        return float(self.memo[key])
-
     def type_size(self, t: int) -> float:
         """Sum of type `t`'s capacities, each relative to its total."""
         key = f"size:{t}"
