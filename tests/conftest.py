@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import importlib.util
 
+pytest_plugins = ["tests.support.ray_cluster"]
+
 _EXTRAS = {
     "kubernetes": ("backends/kubernetes/*.py", "escher-sched[k8s]"),
     "ray": ("backends/ray/*.py", "escher-sched[ray]"),

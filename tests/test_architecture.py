@@ -121,9 +121,7 @@ def _is_package_reexport(cycle: list[str], graph: dict[str, set[str]]) -> bool:
 
 
 #: Loops still being taken apart. An entry that is no longer a loop fails the test: remove it.
-KNOWN_CYCLES: list[set[str]] = [
-    {"escher.backends.ray._gang", "escher.backends.ray._runner", "escher.backends.ray.backend"},
-]
+KNOWN_CYCLES: list[set[str]] = []
 
 
 def test_no_import_cycles() -> None:

@@ -1,12 +1,21 @@
 """The control actor: one named, detached Ray actor per (namespace, prefix).
 
-It serves two jobs, both atomic because the actor runs one asyncio loop:
+It serves these jobs, each atomic because the actor runs one asyncio loop:
 
 * the start gate: a task claims its key just before its body runs; a cancel marks a key
   that has not been claimed, so a cancelled task never runs and a started one is never
   interrupted;
 * the ledger (ledger mode only): the ephemeral-resource table, node -> label -> (total, used),
-  with atomic acquire / release for the tasks pinned to a node.
+  with atomic acquire / release for the tasks pinned to a node, and all-or-nothing grants for
+  gangs;
+* resize mode: the recent writes of every process, so that reads see them before Ray's own
+  view catches up;
+* sessions: which session owns each ephemeral resource, and each session's lease, so that
+  garbage collection removes exactly what dead sessions left.
+
+It lives on the head node (a worker's death cannot take it) and restarts if it dies
+anyway; what it lost then is rebuilt by the processes that use it (their next writes and
+lease renewals).
 """
 
 from __future__ import annotations
@@ -17,6 +26,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 EPS = 1e-9
+
+#: (node, Ray name or label, total, wall-clock stamp)
+Write = tuple[str, str, float, float]
+#: (key, units, candidate nodes)
+Request = tuple[str, Mapping[str, float], Sequence[str]]
 
 
 class ControlActor:
@@ -31,6 +45,9 @@ class ControlActor:
         self._version = 0
         # (node, Ray name) -> (received, total, the writer's wall-clock stamp)
         self._writes: dict[tuple[str, str], tuple[float, float, float]] = {}
+        self._owners: dict[tuple[str, str], str] = {}  # (node, name) -> session
+        self._leases: dict[str, float] = {}  # session -> wall-clock expiry
+        self._started_at = time.time()
 
     # --- start gate --------------------------------------------------------------------
     async def claim(self, key: str, node: str) -> bool:
@@ -42,9 +59,9 @@ class ControlActor:
         self._fresh.setdefault(key.partition(":")[0], {})[key] = node
         return True
 
-    async def cancel(self, key: str, already_started: bool = False) -> bool:
+    async def cancel(self, key: str) -> bool:
         """Mark `key` cancelled unless it was claimed. True if it will never run."""
-        if already_started or key in self._started:
+        if key in self._started:
             return False
         self._cancelled.add(key)
         return True
@@ -58,16 +75,16 @@ class ControlActor:
         return fresh
 
     # --- resize mode: recent writes, so every process reads its own and others' at once ---
-    async def notes(self, writes: Sequence[tuple[str, str, float, float]]) -> None:
+    async def notes(self, writes: Sequence[Write], session: str = "") -> None:
         """Record a batch of (node, Ray name, total, stamp) writes (the newest stamp wins)."""
-        self._keep_all(writes)
+        self._keep_all(writes, session)
 
     async def exchange(
-        self, writes: Sequence[tuple[str, str, float, float]], window: float
+        self, writes: Sequence[Write], window: float, session: str = ""
     ) -> dict[tuple[str, str], tuple[float, float]]:
         """Record `writes` (as `notes`), then return (node, name) -> (total, stamp) of every
         write of the last `window` seconds: one call for a reader that also has writes."""
-        self._keep_all(writes)
+        self._keep_all(writes, session)
         return self._window(window)
 
     async def written(
@@ -88,12 +105,21 @@ class ControlActor:
                 return None
             await asyncio.sleep(0.002)
 
-    def _keep_all(self, writes: Sequence[tuple[str, str, float, float]]) -> None:
+    def _keep_all(self, writes: Sequence[Write], session: str) -> None:
         now = time.monotonic()
         for node, name, total, stamp in writes:
             old = self._writes.get((node, name))
             if old is None or stamp >= old[2]:
                 self._writes[(node, name)] = (now, total, stamp)
+                self._own(node, name, total, session)
+
+    def _own(self, node: str, name: str, total: float, session: str) -> None:
+        if not session:
+            return
+        if total > EPS:
+            self._owners[(node, name)] = session
+        else:
+            self._owners.pop((node, name), None)
 
     def _window(self, window: float) -> dict[tuple[str, str], tuple[float, float]]:
         now = time.monotonic()
@@ -102,15 +128,17 @@ class ControlActor:
         return {key: (total, stamp) for key, (_, total, stamp) in self._writes.items()}
 
     # --- ledger ------------------------------------------------------------------------
-    async def set(self, node: str, label: str, capacity: float) -> float:
-        """Set `label`'s total on `node` (0 deletes); return the new total."""
-        totals = self._totals.setdefault(node, {})
-        if capacity <= EPS:
-            totals.pop(label, None)
-        else:
-            totals[label] = capacity
+    async def set_many(self, changes: Mapping[str, Mapping[str, float]], session: str = "") -> None:
+        """Set each node's labels' totals (0 deletes) in one step."""
+        for node, capacities in changes.items():
+            totals = self._totals.setdefault(node, {})
+            for label, capacity in capacities.items():
+                if capacity <= EPS:
+                    totals.pop(label, None)
+                else:
+                    totals[label] = capacity
+                self._own(node, label, capacity, session)
         self._version += 1
-        return totals.get(label, 0.0)
 
     async def table(self) -> tuple[int, dict[str, dict[str, float]], dict[str, dict[str, float]]]:
         """(version, totals, used), copies."""
@@ -120,26 +148,52 @@ class ControlActor:
             {n: dict(u) for n, u in self._used.items() if u},
         )
 
-    async def acquire(
-        self, requests: Sequence[tuple[str, Mapping[str, float], Sequence[str]]]
-    ) -> dict[str, str]:
+    async def acquire(self, requests: Sequence[Request]) -> dict[str, str]:
         """Grant, in order, each (key, units, candidate nodes) some node whose free units cover
         `units`; return key -> node for the granted ones (the units are now used)."""
         granted: dict[str, str] = {}
         for key, units, candidates in requests:
-            for node in candidates:
-                if self._fits(node, units):
-                    used = self._used.setdefault(node, {})
-                    for label, q in units.items():
-                        used[label] = used.get(label, 0.0) + q
-                    granted[key] = node
-                    break
+            node = self._grant(units, candidates)
+            if node is not None:
+                granted[key] = node
         if granted:
             self._version += 1
         return granted
 
+    async def acquire_all(self, requests: Sequence[Request]) -> list[str] | None:
+        """Grant every request or none (a gang): per request its node ("" when it asks for
+        no units), or None when they do not all fit now."""
+        nodes: list[str] = []
+        taken: list[tuple[str, Mapping[str, float]]] = []
+        for _, units, candidates in requests:
+            if not units:
+                nodes.append("")
+                continue
+            node = self._grant(units, candidates)
+            if node is None:
+                for done_node, done_units in taken:
+                    self._give_back(done_node, done_units)
+                return None
+            taken.append((node, units))
+            nodes.append(node)
+        self._version += 1
+        return nodes
+
+    def _grant(self, units: Mapping[str, float], candidates: Sequence[str]) -> str | None:
+        for node in candidates:
+            if self._fits(node, units):
+                used = self._used.setdefault(node, {})
+                for label, q in units.items():
+                    used[label] = used.get(label, 0.0) + q
+                return node
+        return None
+
     async def release(self, node: str, units: Mapping[str, float]) -> None:
         """Give back units acquired on `node`."""
+        self._give_back(node, units)
+        self._version += 1
+
+    def _give_back(self, node: str, units: Mapping[str, float]) -> None:
         used = self._used.get(node, {})
         for label, q in units.items():
             left = used.get(label, 0.0) - q
@@ -147,26 +201,73 @@ class ControlActor:
                 used[label] = left
             else:
                 used.pop(label, None)
-        self._version += 1
 
     async def purge(self, alive: Sequence[str]) -> None:
-        """Forget the table of nodes that left the cluster."""
+        """Forget the table and owner marks of nodes that left the cluster."""
         keep = set(alive)
         for table in (self._totals, self._used):
             for node in [n for n in table if n not in keep]:
                 del table[node]
+        for key in [k for k in self._owners if k[0] not in keep]:
+            del self._owners[key]
         self._version += 1
-
-    async def ping(self) -> str:
-        return "ok"
 
     def _fits(self, node: str, units: Mapping[str, float]) -> bool:
         totals, used = self._totals.get(node, {}), self._used.get(node, {})
         return all(totals.get(k, 0.0) - used.get(k, 0.0) + EPS >= q for k, q in units.items())
 
+    # --- sessions ----------------------------------------------------------------------
+    async def renew(self, session: str, ttl: float) -> None:
+        """Keep `session`'s lease alive for `ttl` more seconds."""
+        self._leases[session] = time.time() + ttl
+
+    async def end(self, session: str) -> None:
+        """`session` closed cleanly: its lease ends now."""
+        self._leases[session] = 0.0
+
+    async def ownership(self) -> dict[str, Any]:
+        """What garbage collection needs: owner marks, leases, and the ledger's totals."""
+        return {
+            "now": time.time(),
+            "owners": [(node, name, session) for (node, name), session in self._owners.items()],
+            "leases": dict(self._leases),
+            "totals": {n: dict(t) for n, t in self._totals.items()},
+            "started_at": self._started_at,
+        }
+
+    async def forget(self, keys: Sequence[tuple[str, str]], sessions: Sequence[str]) -> None:
+        """Drop owner marks `keys` (removed by garbage collection) and the leases of `sessions`
+        (ledger totals of the keys are removed too)."""
+        for node, name in keys:
+            self._owners.pop((node, name), None)
+            self._totals.get(node, {}).pop(name, None)
+        for session in sessions:
+            self._leases.pop(session, None)
+        self._version += 1
+
+    async def ping(self) -> str:
+        return "ok"
+
+    async def node(self) -> str:
+        """The id of the node this actor runs on."""
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id())
+
+
+def head_node_id() -> str | None:
+    """The id of the cluster's head node (None if it cannot be told)."""
+    import ray
+
+    for node in ray.nodes():  # type: ignore[no-untyped-call]
+        if node.get("Alive") and "node:__internal_head__" in (node.get("Resources") or {}):
+            return str(node["NodeID"])
+    return None
+
 
 def actor_options(name: str, namespace: str | None, node_id: str | None) -> dict[str, Any]:
-    """`ray.remote(...).options` for the control actor, pinned (softly) to `node_id`."""
+    """`ray.remote(...).options` for the control actor: detached, on `node_id` (the head),
+    restarted if it dies anyway."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     options: dict[str, Any] = {
@@ -176,6 +277,8 @@ def actor_options(name: str, namespace: str | None, node_id: str | None) -> dict
         "get_if_exists": True,
         "num_cpus": 0,
         "max_concurrency": 1000,
+        "max_restarts": -1,
+        "max_task_retries": -1,
     }
     if node_id is not None:
         options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id, soft=True)

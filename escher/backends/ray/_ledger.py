@@ -1,21 +1,26 @@
 """Ledger mode: ephemeral resources kept in the control actor's table, tasks pinned to nodes.
 
-For Ray versions without the resize call. The control actor holds node -> label ->
+For Ray versions without a working resize call. The control actor holds node -> label ->
 (total, used) and grants units atomically; a dispatcher thread in the launching process
 keeps the tasks that wait for units (FIFO, but a waiting task does not block others), asks
 the actor for grants, and submits granted tasks pinned with `NodeAffinitySchedulingStrategy`.
-Ray still accounts for CPU/GPU/memory on the chosen node.
+Ray still accounts for CPU, GPU and memory on the chosen node.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from escher.backends.ray._state import ray_up, wait_for
+from escher.backends.ray._entry import Entry
+from escher.backends.ray._state import RawView, ray_up, wait_for
+from escher.backends.ray._store import EphemeralStore, EphemeralView, Submit, WritePlan
+from escher.core.errors import UnknownNodeError
 from escher.core.resources import Resources
+from escher.core.task import Status, StatusCode
 
 
 @dataclass
@@ -25,21 +30,25 @@ class Waiting:
     key: str
     units: dict[str, float]
     physical: Resources
-    submit: Callable[[str], None]  # called with the granted node id
-    extra: dict[str, Any] = field(default_factory=dict)
+    granted: Callable[[str], None]  # called with the granted node id
 
 
-class LedgerQueue:
-    """Tasks waiting for ephemeral units, and the thread that gets them granted."""
+class LedgerStore(EphemeralStore):
+    """Ephemeral units in the control actor's table; tasks are pinned to granted nodes."""
+
+    mode = "ledger"
 
     def __init__(
         self,
         control: Callable[[], Any],
         candidates: Callable[[Resources], list[str]],
-        timeout: float,
+        *,
+        session_id: str,
+        timeout: float = 60.0,
     ) -> None:
         self._control = control
         self._candidates = candidates
+        self._session = session_id
         self._timeout = timeout
         self._lock = threading.Lock()
         self._waiting: dict[str, Waiting] = {}
@@ -47,8 +56,88 @@ class LedgerQueue:
         self._closed = False
         self._thread: threading.Thread | None = None
 
-    def add(self, item: Waiting) -> None:
-        """Queue a task; it is submitted once its units are granted."""
+    # --- writes and reads --------------------------------------------------------------
+    def write(self, plan: WritePlan) -> None:
+        """One actor call for every node of `plan` (checked alive first: all or nothing)."""
+        import ray._private.state as ray_state
+
+        alive = ray_state.total_resources_per_node()  # type: ignore[no-untyped-call]
+        for node in plan:
+            if node not in alive:
+                raise UnknownNodeError(
+                    f"node {node!r} is not an alive Ray node; read escher.get_cluster_state() "
+                    "for the current node ids."
+                )
+        changes = {node: dict(caps) for node, caps in plan.items() if caps}
+        wait_for(self._control().set_many.remote(changes, self._session), self._timeout)
+        self._wake.set()
+
+    def begin_read(self) -> _LedgerRead:
+        return _LedgerRead(self, self._control().table.remote().future())
+
+    def view(self, raw: RawView, table: Any) -> EphemeralView:
+        """The ephemeral part of each alive node, from the actor's table."""
+        _, totals, used = table
+        alive = set(raw.total)
+        if set(totals) - alive or set(used) - alive:
+            self._control().purge.remote(sorted(alive))
+        out: EphemeralView = {}
+        for node in raw.total:
+            total = dict(totals.get(node, {}))
+            in_use = used.get(node, {})
+            out[node] = (total, {k: max(0.0, v - in_use.get(k, 0.0)) for k, v in total.items()})
+        return out
+
+    # --- tasks -------------------------------------------------------------------------
+    def ray_resources(self, labels: Mapping[str, float]) -> dict[str, float]:
+        return {}  # Ray never sees ephemeral labels in this mode
+
+    def dispatch(self, entry: Entry, submit: Submit) -> None:
+        def granted(node: str) -> None:
+            entry.node = node  # given back when it settles (at once if cancelled meanwhile)
+            entry.ref.set_status(Status(StatusCode.PENDING, f"granted its units on {node}"))
+            submit(entry, pinned(node))
+
+        if not entry.ref.retries:  # a retry's status already says what it waits for
+            entry.ref.set_status(
+                Status(
+                    StatusCode.UNSCHEDULABLE,
+                    f"waiting for ephemeral units {entry.request.labels} on some node",
+                )
+            )
+        self._add(Waiting(entry.key, dict(entry.request.labels), entry.request.physical, granted))
+
+    def withdraw(self, entry: Entry) -> bool:
+        with self._lock:
+            return self._waiting.pop(entry.key, None) is not None
+
+    def release(self, entry: Entry) -> None:
+        node, entry.node = entry.node, None
+        if node is not None and entry.request.labels:
+            self._release(node, entry.request.labels)
+
+    def _release(self, node: str, units: Mapping[str, float]) -> None:
+        with contextlib.suppress(Exception):  # actor calls keep their order
+            self._control().release.remote(node, dict(units))
+        self._wake.set()
+
+    def reserve_gang(self, entries: Sequence[Entry]) -> list[str] | None:
+        requests = [
+            (e.key, dict(e.request.labels), self._candidates(e.request.physical)) for e in entries
+        ]
+        granted = wait_for(self._control().acquire_all.remote(requests), self._timeout)
+        if granted is None:
+            return None
+        for entry, node in zip(entries, granted, strict=True):
+            entry.node = node or None
+        return list(granted)
+
+    def unreserve_gang(self, entries: Sequence[Entry]) -> None:
+        for entry in entries:
+            self.release(entry)
+
+    # --- the dispatcher ----------------------------------------------------------------
+    def _add(self, item: Waiting) -> None:
         with self._lock:
             self._waiting[item.key] = item
             if self._thread is None or not self._thread.is_alive():
@@ -58,30 +147,7 @@ class LedgerQueue:
                 self._thread.start()
         self._wake.set()
 
-    def remove(self, key: str) -> bool:
-        """Drop a waiting task; True if it was still waiting (so it will never run)."""
-        with self._lock:
-            return self._waiting.pop(key, None) is not None
-
-    def poke(self) -> None:
-        """Units may have appeared: try again now."""
-        self._wake.set()
-
-    def release(self, node: str, units: Mapping[str, float]) -> None:
-        """Return units to the ledger (ordered before this process's next acquire)."""
-        self._control().release.remote(node, dict(units))  # actor calls keep their order
-        self._wake.set()
-
-    def close(self) -> list[Waiting]:
-        """Stop the dispatcher; return what was still waiting."""
-        self._closed = True
-        self._wake.set()
-        with self._lock:
-            left, self._waiting = list(self._waiting.values()), {}
-        return left
-
     def _run(self) -> None:
-
         while not self._closed and ray_up():
             self._wake.wait(0.1)
             self._wake.clear()
@@ -89,12 +155,9 @@ class LedgerQueue:
                 return
             with self._lock:
                 batch = list(self._waiting.values())
-            if not batch:
-                with self._lock:
-                    if not self._waiting:
-                        self._thread = None
-                        return
-                continue
+                if not batch:
+                    self._thread = None
+                    return
             requests = [(w.key, w.units, self._candidates(w.physical)) for w in batch]
             try:
                 granted = wait_for(self._control().acquire.remote(requests), self._timeout)
@@ -107,6 +170,43 @@ class LedgerQueue:
                 with self._lock:
                     still = self._waiting.pop(item.key, None) is not None
                 if still:
-                    item.submit(node)
-                else:  # cancelled between the batch read and the grant
-                    self.release(node, item.units)
+                    item.granted(node)
+                else:  # withdrawn between the batch read and the grant
+                    self._release(node, item.units)
+
+    def describe(self) -> dict[str, Any]:
+        with self._lock:
+            waiting = len(self._waiting)
+        return {"mode": self.mode, "waiting_for_units": waiting}
+
+    def describe_task(self, entry: Entry) -> dict[str, Any]:
+        with self._lock:
+            waiting = entry.key in self._waiting
+        facts: dict[str, Any] = {"units_granted_on": entry.node}
+        if waiting:
+            facts["waiting_for_units"] = dict(entry.request.labels)
+        return facts
+
+    def close(self) -> None:
+        self._closed = True
+        self._wake.set()
+        with self._lock:
+            self._waiting = {}
+
+
+def pinned(node: str) -> Any:
+    """A hard node-affinity scheduling strategy for `node`."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return NodeAffinitySchedulingStrategy(node, soft=False)
+
+
+class _LedgerRead:
+    def __init__(self, store: LedgerStore, future: Any) -> None:
+        self._store, self._future = store, future
+
+    def finish(self, raw: RawView) -> EphemeralView:
+        return self._store.view(raw, self._future.result(timeout=self._store._timeout))
+
+    def abandon(self) -> None:
+        self._future.cancel()

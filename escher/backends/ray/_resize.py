@@ -1,40 +1,46 @@
 """Resize mode: ephemeral resources as real Ray custom resources on a live node.
 
 Uses the GCS call Ray's autoscaler uses for in-place resize
-(`GcsClient.resize_raylet_resource_instances`). Its reply is the node's new totals, so a
-write is known at once; the GCS view used by readers catches up about 100 ms later, so
-recent replies are overlaid on reads (read-your-writes). Other processes learn a write
-through the control actor: writes are buffered and sent in batches by a flusher thread
-(off the caller's path), and flushed synchronously wherever causality leaves this process
-(before it submits a task, before a task body's result is returned, on a read of the shared
-view, at close), so a reader that could know of a write also sees it; where two writes of
-the same resource meet, the one stamped later wins. Ray silently keeps a capacity that is
-still in use when asked to shrink below it; such writes are remembered and re-applied (by a
-small reconciler thread) until the node reports the asked capacity.
+(`GcsClient.resize_raylet_resource_instances`, feature-detected: present and working). One
+call per node sets every label of a write on that node; writes to different nodes run
+concurrently (a bounded pool). Its reply is the node's new totals, so a write is known at
+once; `escher.backends.ray._writelog` makes it visible to reads in every process before
+Ray's own view catches up.
+
+Ray ignores a shrink below what is in use. escher emulates the decided semantics: the
+total is reported as asked, the Ray total is lowered to what is in use (so nothing new gets
+the label), and a reconciler applies the asked capacity once the use drops.
 """
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from escher.backends.ray._state import ray_up, wait_for
+from escher.backends.ray._entry import Entry
+from escher.backends.ray._state import RawView, ray_up, wait_for
+from escher.backends.ray._store import EphemeralStore, EphemeralView, Submit, WritePlan
+from escher.backends.ray._writelog import RecentWrites, WriteLog
 from escher.core.errors import BackendError, UnknownNodeError
+from escher.core.resources import EPSILON, MAX_CAPACITY
 
 EPS = 1e-9
-#: Ray versions whose resize call escher was tested against.
-TESTED_RAY_VERSIONS = frozenset({"2.60.0"})
 #: Ray stores quantities as int64 ten-thousandths (about 9.2e14 at most); larger capacities
 #: (escher.MAX_CAPACITY means "unbounded") are stored as this and read back as MAX_CAPACITY.
 RAY_MAX_CAPACITY = 1e14
-#: Seconds the flusher waits after a write, to send the writes of a burst in one call.
-FLUSH_DELAY = 0.025
+#: Nodes written at once by one bulk write.
+WRITE_POOL = 8
+#: Seconds a read's knowledge of freshly written labels is used for placement hints.
+HINT_SECONDS = 1.0
+
+ResizeCall = Callable[[str, dict[str, float]], dict[str, float]]
 
 
-def resize_call() -> Callable[[str, dict[str, float]], dict[str, float]] | None:
+def resize_call() -> ResizeCall | None:
     """The resize method of this process's GCS client, or None if this Ray lacks it."""
     import ray
 
@@ -43,174 +49,139 @@ def resize_call() -> Callable[[str, dict[str, float]], dict[str, float]] | None:
     return method if callable(method) else None
 
 
-class ResizeStore:
-    """Applies ephemeral capacities with the resize call; keeps an overlay and a to-do list."""
+def probe_resize(prefix: str) -> str | None:
+    """Feature-detect the resize call: None if it creates and deletes a custom resource on a
+    live node as escher needs, else why not."""
+    import ray._private.state as ray_state
+
+    call = resize_call()
+    if call is None:
+        return "this Ray's GcsClient has no resize_raylet_resource_instances"
+    from escher.backends.ray._control import head_node_id
+
+    head = head_node_id()  # alive as long as the cluster is
+    nodes = [head] if head else sorted(ray_state.total_resources_per_node())  # type: ignore[no-untyped-call]
+    if not nodes:
+        return "no alive node to probe the resize call on"
+    name = f"{prefix}probe-{uuid.uuid4().hex[:8]}"
+    try:
+        created = call(nodes[0], {name: 1.5})
+        deleted = call(nodes[0], {name: 0})
+    except Exception as exc:
+        return f"the resize call failed ({type(exc).__name__}: {exc})"
+    if abs(float(created.get(name, 0.0)) - 1.5) > EPS or name in deleted:
+        return "the resize call did not create and delete a custom resource"
+    return None
+
+
+class ResizeStore(EphemeralStore):
+    """Applies ephemeral capacities with the resize call; Ray's scheduler does the matching."""
+
+    mode = "resize"
 
     def __init__(
         self,
         prefix: str,
         control: Callable[[], Any],
         *,
-        overlay_seconds: float = 1.0,
+        session_id: str,
         share_writes: bool = True,
         timeout: float = 60.0,
+        node_gone: Callable[[str], bool] = lambda node: False,
     ) -> None:
         call = resize_call()
         if call is None:
             raise BackendError("this Ray has no resize_raylet_resource_instances; use ledger.")
         self._call = call
+        self._node_gone = node_gone
         self._prefix = prefix
         self._control = control
-        self._share = share_writes
         self._timeout = timeout
-        self._overlay_seconds = overlay_seconds
+        self.log = WriteLog(control, session_id=session_id, share=share_writes, timeout=timeout)
         self._lock = threading.Lock()
-        # (node, Ray name) -> (monotonic time, total, wall-clock stamp) of this process's writes
-        self._overlay: dict[tuple[str, str], tuple[float, float, float]] = {}
-        self._outbox: dict[tuple[str, str], tuple[float, float]] = {}  # not sent yet
-        self._flush_lock = threading.Lock()  # one send at a time, in order
-        self._flush_wake = threading.Event()
-        self._flusher: threading.Thread | None = None
-        self._pending: dict[tuple[str, str], float] = {}  # (node, ray name) -> wanted
+        self._node_locks: dict[str, threading.Lock] = {}
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: dict[tuple[str, str], float] = {}  # (node, Ray name) -> wanted
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._closed = False
-
-    @property
-    def window(self) -> float:
-        """Seconds a write stays in the overlay (Ray's view has caught up by then)."""
-        return self._overlay_seconds
+        self._fresh: tuple[float, dict[str, list[str]]] = (-1e9, {})
 
     # --- writes ------------------------------------------------------------------------
-    def apply(self, node: str, label: str, capacity: float) -> float:
-        """Set `label` on `node`; return the capacity Ray now reports (may differ: in use)."""
-        name = self._prefix + label
-        capacity = min(capacity, RAY_MAX_CAPACITY)
+    def write(self, plan: WritePlan) -> None:
+        items = [(node, caps) for node, caps in plan.items() if caps]
+        if len(items) <= 1:
+            for node, caps in items:
+                self._write_node(node, caps)
+            return
         with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(WRITE_POOL, thread_name_prefix="escher-ray-write")
+            pool = self._pool
+        futures = [pool.submit(self._write_node, node, caps) for node, caps in items]
+        errors = [f.exception() for f in futures]
+        for error in errors:
+            if error is not None:
+                raise error
+
+    def _node_lock(self, node: str) -> threading.Lock:
+        with self._lock:
+            return self._node_locks.setdefault(node, threading.Lock())
+
+    def _write_node(self, node: str, capacities: Mapping[str, float]) -> None:
+        """One resize call for every label of `capacities` on `node`."""
+        wanted = {self._prefix + k: min(float(v), RAY_MAX_CAPACITY) for k, v in capacities.items()}
+        with self._node_lock(node):
             try:
-                totals = self._call(node, {name: capacity})
-            except ValueError as exc:  # "Raylet ... is not alive."
-                self._pending.pop((node, name), None)
+                totals = self._call(node, dict(wanted))
+            except Exception as exc:  # "Raylet ... is not alive." (or its raylet is gone)
+                if not isinstance(exc, ValueError) and not self._node_gone(node):
+                    raise
+                with self._lock:
+                    for name in wanted:
+                        self._pending.pop((node, name), None)
                 raise UnknownNodeError(
                     f"node {node!r} is not an alive Ray node ({exc}); read "
                     "escher.get_cluster_state() for the current node ids."
                 ) from None
-            actual = float(totals.get(name, 0.0))
-            self._remember(node, name, actual)
-            if abs(actual - capacity) > EPS:
-                self._pending[(node, name)] = capacity
-                self._ensure_reconciler()
-            else:
-                self._pending.pop((node, name), None)
-        return actual
+            ignored = {n: c for n, c in wanted.items() if abs(totals.get(n, 0.0) - c) > EPS}
+            if ignored:
+                totals.update(self._hold_at_use(node, ignored, totals))
+            with self._lock:
+                for name, capacity in wanted.items():
+                    self.log.remember(node, name, capacity)
+                    if name in ignored and abs(totals.get(name, 0.0) - capacity) > EPS:
+                        self._pending[(node, name)] = capacity
+                    else:
+                        self._pending.pop((node, name), None)
+                if self._pending:
+                    self._ensure_reconciler()
 
-    def _remember(self, node: str, name: str, total: float) -> None:
-        stamp = time.time()
-        self._overlay[(node, name)] = (time.monotonic(), total, stamp)
-        if self._share:  # sent by the flusher, or by a synchronous flush, whichever is first
-            self._outbox[(node, name)] = (total, stamp)
-            self._ensure_flusher()
+    def _hold_at_use(
+        self, node: str, ignored: Mapping[str, float], totals: Mapping[str, float]
+    ) -> dict[str, float]:
+        """Ray kept totals it was asked to shrink below their use: lower them to the use, so
+        nothing new starts on them (the asked capacity is applied once the use drops)."""
+        import ray._private.state as ray_state
 
-    # --- sharing writes ----------------------------------------------------------------
-    def _take_outbox(self) -> list[tuple[str, str, float, float]]:
-        with self._lock:
-            out, self._outbox = self._outbox, {}
-        return [(node, name, total, stamp) for (node, name), (total, stamp) in out.items()]
-
-    def flush(self, timeout: float) -> None:
-        """Make every write of this process so far visible to readers in any process.
-
-        Returns at once when nothing is unsent and no send is in flight. Raises what the
-        control actor call raised (e.g. TimeoutError); the writes are then sent again later.
-        """
-        if not self._share or (not self._outbox and not self._flush_lock.locked()):
-            return
-        with self._flush_lock:  # waits for a send in flight, which may hold older writes
-            self._send(self._take_outbox(), timeout)
-
-    def _send(self, writes: list[tuple[str, str, float, float]], timeout: float) -> None:
-        if not writes or not ray_up():
-            return
         try:
-            wait_for(self._control().notes.remote(writes), timeout)
+            avail = ray_state.available_resources_per_node().get(node, {})  # type: ignore[no-untyped-call]
         except Exception:
-            self._requeue(writes)
-            raise
+            return {}
+        hold: dict[str, float] = {}
+        for name, capacity in ignored.items():
+            in_use = float(totals.get(name, 0.0)) - float(avail.get(name, 0.0))
+            target = max(capacity, in_use)
+            if target < float(totals.get(name, 0.0)) - EPS:
+                hold[name] = target
+        if not hold:
+            return {}
+        try:
+            return {n: float(v) for n, v in self._call(node, hold).items() if n in hold}
+        except Exception:
+            return {}
 
-    def _ensure_flusher(self) -> None:  # called with self._lock held
-        self._flush_wake.set()
-        if self._flusher is None or not self._flusher.is_alive():
-            self._flusher = threading.Thread(
-                target=self._flush_loop, name="escher-ray-flush", daemon=True
-            )
-            self._flusher.start()
-
-    def _flush_loop(self) -> None:
-        while not self._closed and ray_up():
-            if not self._flush_wake.wait(1.0):
-                with self._lock:
-                    if not self._outbox:  # idle: the next write starts a new flusher
-                        self._flusher = None
-                        return
-                continue
-            time.sleep(FLUSH_DELAY)  # let a burst of writes gather
-            self._flush_wake.clear()
-            if not self._outbox:
-                continue
-            with contextlib.suppress(Exception), self._flush_lock:
-                self._send(self._take_outbox(), self._timeout)
-
-    # --- reads -------------------------------------------------------------------------
-    def start_recent(self) -> _Recent:
-        """Start reading node -> ephemeral totals (Ray names) written by any process in the
-        overlay window; collect it with `.result(timeout)` (so a caller can read Ray
-        meanwhile). Sends this process's unsent writes in the same call; where the shared
-        view and this process's own writes disagree, the newer write wins."""
-        writes = self._take_outbox() if self._share else []
-        future: Any = None
-        if self._share:
-            try:
-                future = self._control().exchange.remote(writes, self._overlay_seconds).future()
-            except Exception:
-                self._requeue(writes)
-                writes = []
-        return _Recent(self, future, writes)
-
-    def _requeue(self, writes: list[tuple[str, str, float, float]]) -> None:
-        with self._lock:  # keep them, unless a newer write of the same key came
-            for node, name, total, stamp in writes:
-                self._outbox.setdefault((node, name), (total, stamp))
-
-    def _merge(
-        self, shared: dict[tuple[str, str], tuple[float, float]]
-    ) -> dict[str, dict[str, float]]:
-        now = time.monotonic()
-        merged = dict(shared)
-        with self._lock:
-            for key in [
-                k for k, (t, _, _) in self._overlay.items() if now - t > self._overlay_seconds
-            ]:
-                del self._overlay[key]
-            for key, (_, total, stamp) in self._overlay.items():
-                if key not in merged or stamp > merged[key][1]:
-                    merged[key] = (total, stamp)
-        out: dict[str, dict[str, float]] = {}
-        for (node, name), (total, _) in merged.items():
-            out.setdefault(node, {})[name] = total
-        return out
-
-    # --- reconciling shrinks that Ray ignored -------------------------------------------
-    def poke(self) -> None:
-        """Something was released: retry pending shrinks now."""
-        if self._pending:
-            self._wake.set()
-
-    def pending(self) -> dict[tuple[str, str], float]:
-        """(node, Ray resource name) -> capacity still to be applied."""
-        with self._lock:
-            return dict(self._pending)
-
-    def _ensure_reconciler(self) -> None:
+    def _ensure_reconciler(self) -> None:  # called with self._lock held
         if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(
                 target=self._reconcile, name="escher-ray-reconcile", daemon=True
@@ -224,49 +195,171 @@ class ResizeStore:
             if self._closed or not ray_up():
                 return
             with self._lock:
-                for (node, name), wanted in list(self._pending.items()):
-                    try:
-                        totals = self._call(node, {name: wanted})
-                    except ValueError:  # the node left: nothing to shrink any more
-                        del self._pending[(node, name)]
-                        continue
-                    except Exception:  # GCS hiccup: try again on the next round
-                        continue
-                    actual = float(totals.get(name, 0.0))
-                    self._remember(node, name, actual)
-                    if abs(actual - wanted) <= EPS:
-                        del self._pending[(node, name)]
+                todo = dict(self._pending)
+            by_node: dict[str, dict[str, float]] = {}
+            for (node, name), capacity in todo.items():
+                by_node.setdefault(node, {})[name[len(self._prefix) :]] = capacity
+            for node, caps in by_node.items():
+                try:
+                    self._write_node(node, caps)
+                except UnknownNodeError:  # the node left: nothing to shrink any more
+                    continue  # (_write_node dropped its pending shrinks)
+                except Exception:  # a GCS hiccup: try again on the next round
+                    continue
+            with self._lock:
                 if not self._pending:
                     self._thread = None
                     return
 
-    def close(self, timeout: float) -> None:
-        """Send the unsent writes; stop the reconciler and the flusher (and wait for them, so
-        that nothing calls Ray after the caller disconnects)."""
-        with contextlib.suppress(Exception):
-            self.flush(timeout)
+    def pending_shrinks(self) -> dict[tuple[str, str], float]:
+        cut = len(self._prefix)
+        with self._lock:
+            return {(node, name[cut:]): cap for (node, name), cap in self._pending.items()}
+
+    # --- reads -------------------------------------------------------------------------
+    def begin_read(self) -> _ResizeRead:
+        return _ResizeRead(self, self.log.start_recent())
+
+    def view(self, raw: RawView, recent: dict[str, dict[str, float]]) -> EphemeralView:
+        """The ephemeral part of each node: Ray's totals, recent writes on top, asked
+        capacities of pending shrinks as totals."""
+        with self._lock:
+            pending = dict(self._pending)
+        out: EphemeralView = {}
+        for node, totals in raw.total.items():
+            out[node] = self._node_view(
+                node, totals, raw.available.get(node, {}), recent.get(node), pending
+            )
+        self._note_fresh(recent, out)
+        return out
+
+    def _node_view(
+        self,
+        node: str,
+        totals: Mapping[str, float],
+        avail_raw: Mapping[str, float],
+        overlay: dict[str, float] | None,
+        pending: Mapping[tuple[str, str], float],
+    ) -> tuple[dict[str, float], dict[str, float]]:
+        prefix, cut = self._prefix, len(self._prefix)
+        gcs = {k: float(v) for k, v in totals.items() if k.startswith(prefix)}
+        current = {**gcs, **(overlay or {})}
+        eph_total: dict[str, float] = {}
+        eph_avail: dict[str, float] = {}
+        for name, raw_total in current.items():
+            total = pending.get((node, name), raw_total)
+            if total <= EPSILON:
+                continue
+            in_use = max(0.0, gcs[name] - float(avail_raw.get(name, 0.0))) if name in gcs else 0.0
+            if total >= RAY_MAX_CAPACITY:  # stored clamped: it was set as unbounded
+                total = MAX_CAPACITY
+            eph_total[name[cut:]] = total
+            eph_avail[name[cut:]] = min(total, max(0.0, total - in_use))
+        return eph_total, eph_avail
+
+    def _note_fresh(self, recent: dict[str, dict[str, float]], view: EphemeralView) -> None:
+        """Remember where labels written in the overlay window are (see `dispatch`)."""
+        cut = len(self._prefix)
+        fresh = {name[cut:] for writes in recent.values() for name in writes}
+        where: dict[str, list[str]] = {}
+        for node, (totals, _) in view.items():
+            for label in fresh.intersection(totals):
+                where.setdefault(label, []).append(node)
+        self._fresh = (time.monotonic(), where)
+
+    # --- tasks -------------------------------------------------------------------------
+    def ray_resources(self, labels: Mapping[str, float]) -> dict[str, float]:
+        return {self._prefix + k: q for k, q in labels.items()}
+
+    def dispatch(self, entry: Entry, submit: Submit) -> None:
+        """Submit now. A task whose labels were all written in the last second on exactly
+        one node goes straight to that node's raylet (soft node affinity): its view of its
+        own resources is current, while the rest of Ray learns of them about 100 ms later.
+        If the label is gone, Ray schedules the task as usual."""
+        hint = self._hint(entry.request.labels)
+        strategy: Any = None
+        if hint is not None:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            strategy = NodeAffinitySchedulingStrategy(hint, soft=True)
+        submit(entry, strategy)
+
+    def _hint(self, labels: Mapping[str, float]) -> str | None:
+        at, where = self._fresh
+        if not labels or time.monotonic() - at > HINT_SECONDS:
+            return None
+        candidates: set[str] | None = None
+        for label in labels:
+            nodes = set(where.get(label, ()))
+            candidates = nodes if candidates is None else candidates & nodes
+        if candidates is None or len(candidates) != 1:
+            return None
+        return next(iter(candidates))
+
+    def release(self, entry: Entry) -> None:
+        if self._pending:
+            self._wake.set()
+
+    def reserve_gang(self, entries: Sequence[Entry]) -> list[str] | None:
+        return []  # the placement group reserves the labels with the rest
+
+    def flush(self) -> None:
+        try:
+            self.log.flush(self._timeout)
+        except Exception:  # best effort: sent later, or seen when Ray's view catches up
+            return
+
+    # --- readiness -------------------------------------------------------------------------
+    @property
+    def waits_for_labels(self) -> bool:
+        return self.log.shared
+
+    def wait_for_labels(self, labels: Sequence[str], timeout: float) -> bool:
+        if not self.waits_for_labels:
+            return False
+        names = {self._prefix + label: label for label in labels}
+        try:
+            self.flush()
+            ref = self._control().written.remote(list(names), self.log.window, timeout)
+            where = wait_for(ref, timeout + self._timeout)
+        except Exception:
+            return False
+        if where is None:
+            return False
+        at, known = self._fresh
+        if time.monotonic() - at > HINT_SECONDS:
+            known = {}
+        self._fresh = (
+            time.monotonic(),
+            {**known, **{names[name]: list(nodes) for name, nodes in where.items()}},
+        )
+        return True
+
+    def describe_task(self, entry: Entry) -> dict[str, Any]:
+        if not entry.request.labels:
+            return {}
+        return {"ray_resources": self.ray_resources(entry.request.labels)}
+
+    def describe(self) -> dict[str, Any]:
+        return {"mode": self.mode, "share_writes": self.log.shared}
+
+    def close(self) -> None:
+        self.log.close(self._timeout)
         self._closed = True
         self._wake.set()
-        self._flush_wake.set()
-        for thread in (self._flusher, self._thread):
-            if thread is not None and thread is not threading.current_thread():
-                thread.join(timeout=1.0)
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=1.0)
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
 
 
-class _Recent:
-    """A `ResizeStore.recent` read in flight."""
+class _ResizeRead:
+    def __init__(self, store: ResizeStore, recent: RecentWrites) -> None:
+        self._store, self._recent = store, recent
 
-    def __init__(
-        self, store: ResizeStore, future: Any, writes: list[tuple[str, str, float, float]]
-    ) -> None:
-        self._store, self._future, self._writes = store, future, writes
+    def finish(self, raw: RawView) -> EphemeralView:
+        return self._store.view(raw, self._recent.result(self._store._timeout))
 
-    def result(self, timeout: float) -> dict[str, dict[str, float]]:
-        """The merged view; this process's writes only if the control actor did not answer."""
-        shared: dict[tuple[str, str], tuple[float, float]] = {}
-        if self._future is not None:
-            try:
-                shared = self._future.result(timeout=timeout)
-            except Exception:  # unreachable or slow: this process's writes only
-                self._store._requeue(self._writes)
-        return self._store._merge(shared)
+    def abandon(self) -> None:
+        self._recent.abandon()

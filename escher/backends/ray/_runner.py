@@ -1,57 +1,63 @@
 """What runs inside a Ray worker: the task wrapper and the worker-side backend.
 
 `run_task` is a module-level function, so Ray pickles it by reference. In the worker it
-installs a `RayBackend` attached to the already connected Ray (once per process), so that
-`escher.node_id()` and `escher.set_resource(label, capacity)` work inside tasks, then claims
-the task's start at the control actor (a cancelled task returns `CANCELLED` without running).
+builds a backend attached to the already connected Ray (once per process, with the
+driver's `WorkerConfig.attach`), so that `escher.node_id()` and
+`escher.set_resource(label, capacity)` work inside tasks, then claims the task's start at
+the control actor (a cancelled task returns `CANCELLED` without running).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
+
+from escher.backends.ray._config import WorkerConfig
 
 #: What a task returns when it was cancelled before its body ran.
 CANCELLED = "__escher_cancelled__"
+#: First item of what a task returns when its start could not be claimed (body not run).
+GATE_FAILED = "__escher_gate_failed__"
 
 CLAIM_TIMEOUT = 60.0
-
-
-@dataclass(frozen=True)
-class WorkerConfig:
-    """How a worker-side backend must be built (the driver's resolved options)."""
-
-    namespace: str | None
-    prefix: str
-    mode: str
-    control_name: str
-    share_writes: bool = True
-
 
 _lock = threading.Lock()
 _backends: dict[WorkerConfig, Any] = {}
 
 
 def worker_backend(config: WorkerConfig) -> Any:
-    """The RayBackend of this worker process for `config`, built once and made active."""
+    """The backend of this worker process for `config`, built once and made active."""
     import escher
     from escher._api import _install_worker_backend
-    from escher.backends.ray.backend import RayBackend
 
-    with _lock:
-        backend = _backends.get(config)
-        if backend is None:
-            backend = RayBackend._attached(config)
-            _backends[config] = backend
-    # A worker runs tasks of any RayBackend of the cluster (other prefixes or modes): the
+    backend = _backends.get(config)
+    if backend is None:
+        if config.attach is None:
+            raise RuntimeError("WorkerConfig.attach is not set")
+        with _lock:
+            backend = _backends.get(config)
+            if backend is None:
+                backend = config.attach(config)
+                _backends[config] = backend
+    # A worker runs tasks of any backend of the cluster (other prefixes or modes): the
     # active one is that of the task at hand. A backend the task itself set up is kept.
     current = escher.current_backend() if escher.is_initialized() else None
-    _install_worker_backend(
-        backend, replace=isinstance(current, RayBackend) and current._attached_to_worker
-    )
+    if current is not backend:
+        replace = current is None or bool(getattr(current, "attached_to_worker", False))
+        _install_worker_backend(backend, replace=replace)
     return backend
+
+
+def bound_runner(config: WorkerConfig, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`run_task` with `config` and `fn` bound: for a function launched again and again, Ray
+    then ships both once (when it exports the remote function), not with every task."""
+
+    def escher_task(key: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+        return run_task(config, key, fn, args, kwargs)
+
+    escher_task.__name__ = escher_task.__qualname__ = getattr(fn, "__name__", "escher_task")
+    return escher_task
 
 
 def run_task(
@@ -68,12 +74,15 @@ def run_task(
     node = ray.get_runtime_context().get_node_id()
     # Wait on a future, not ray.get: ray.get in a task tells the raylet the worker is
     # blocked, so Ray frees its CPUs and starts more worker processes (slow, and they pile up).
-    claim = backend._control().claim.remote(key, node).future()
-    if not claim.result(timeout=CLAIM_TIMEOUT):
+    try:
+        claimed = backend.control().claim.remote(key, node).future().result(timeout=CLAIM_TIMEOUT)
+    except Exception as exc:
+        return GATE_FAILED, node, f"{type(exc).__name__}: {exc}"
+    if not claimed:
         return CANCELLED
     try:
         value = fn(*args, **kwargs)
     finally:
         # Whoever gets the result (or the error) may read what the body wrote: share it now.
-        backend._flush_writes()
+        backend.flush_writes()
     return node, value

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Mapping
@@ -64,22 +65,87 @@ def read_raw() -> RawView:
     return RawView(total=total, available={n: available.get(n, {}) for n in total})
 
 
-class NodeCache:
-    """What rarely changes: each node's labels and node-defined resources (TTL-refreshed)."""
+#: Ray's node label holding the node id (Ray 2.55 and later set it on every node).
+NODE_ID_LABEL = "ray.io/node-id"
 
-    def __init__(self, prefix: str, ttl: float = 2.0) -> None:
+
+class DeadNodes:
+    """Nodes escher saw die before Ray's control store declared them dead (which takes
+    seconds): their raylet refused a connection. They are left out of every view, so no new
+    work goes there; an entry is forgotten once Ray no longer lists the node, or after
+    `ttl` seconds."""
+
+    def __init__(self, ttl: float = 600.0) -> None:
+        self._ttl = ttl
+        self._lock = threading.Lock()
+        self._dead: dict[str, float] = {}
+
+    def mark(self, node: str) -> None:
+        """Record that `node` died."""
+        with self._lock:
+            self._dead[node] = time.monotonic()
+
+    def snapshot(self, listed: set[str] | None = None) -> frozenset[str]:
+        """The nodes known dead (forgetting those Ray no longer lists, if `listed` is given)."""
+        now = time.monotonic()
+        with self._lock:
+            for node in [
+                n
+                for n, at in self._dead.items()
+                if now - at > self._ttl or (listed is not None and n not in listed)
+            ]:
+                del self._dead[node]
+            return frozenset(self._dead)
+
+
+#: The dead nodes this process knows of (shared by every backend in it).
+DEAD_NODES = DeadNodes()
+
+
+def raylet_reachable(endpoint: tuple[str, int] | None, timeout: float = 0.5) -> bool:
+    """False only if the node's raylet refuses connections (its process is gone); True when
+    it answers, or when it cannot be told (no endpoint known, a timeout)."""
+    if endpoint is None:
+        return True
+    try:
+        with socket.create_connection(endpoint, timeout=timeout):
+            return True
+    except ConnectionRefusedError:
+        return False
+    except OSError:
+        return True
+
+
+class NodeCache:
+    """What rarely changes: each node's labels, node-defined resources and raylet endpoint
+    (TTL-refreshed); nodes known dead are left out."""
+
+    def __init__(self, prefix: str, ttl: float = 2.0, dead: DeadNodes | None = None) -> None:
         self._prefix = prefix
         self._ttl = ttl
+        self.dead = dead or DEAD_NODES
+        self._endpoints: dict[str, tuple[str, int]] = {}
         self._lock = threading.Lock()
         self._labels: dict[str, dict[str, str]] = {}
         self._physical: dict[str, Resources] = {}
+        self._app: frozenset[str] = frozenset()
         self._at = -1e9
+        self.generation = 0  # bumped by every refresh: derived caches compare it
 
     def physical(self, *, fresh: bool = False) -> dict[str, Resources]:
         """Alive node -> its node-defined resources (no ephemeral ones, no node: markers)."""
         if fresh or time.monotonic() - self._at > self._ttl:
             self.refresh()
+        dead = self.dead.snapshot()
+        if dead:
+            return {n: r for n, r in self._physical.items() if n not in dead}
         return self._physical
+
+    def endpoint(self, node: str) -> tuple[str, int] | None:
+        """Where `node`'s raylet listens (address, port), if known."""
+        if node not in self._endpoints:
+            self.refresh()
+        return self._endpoints.get(node)
 
     def labels(self, node_ids: set[str] | None = None) -> dict[str, dict[str, str]]:
         """Node -> labels; refreshes when a node of `node_ids` is not known yet."""
@@ -89,25 +155,36 @@ class NodeCache:
 
     def app_names(self) -> frozenset[str]:
         """Names of application-defined custom resources on any node."""
-        return frozenset(
-            name for res in self.physical().values() for name in res if name not in RAY_PREDEFINED
-        )
+        self.physical()
+        return self._app
 
     def refresh(self, raw: RawView | None = None) -> None:
         """Re-read labels (ray.nodes) and totals."""
         import ray
 
         raw = raw or read_raw()
+        self.dead.snapshot(set(raw.total))  # forget dead nodes Ray no longer lists
+        alive = [n for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
         labels = {
             n["NodeID"]: {
                 k: v for k, v in (n.get("Labels") or {}).items() if not k.startswith("ray.io/")
             }
-            for n in ray.nodes()  # type: ignore[no-untyped-call]
-            if n.get("Alive")
+            for n in alive
+        }
+        endpoints = {
+            n["NodeID"]: (str(n["NodeManagerAddress"]), int(n["NodeManagerPort"]))
+            for n in alive
+            if n.get("NodeManagerAddress") and n.get("NodeManagerPort")
         }
         physical = {node: self.physical_part(totals) for node, totals in raw.total.items()}
+        app = frozenset(
+            name for res in physical.values() for name in res if name not in RAY_PREDEFINED
+        )
         with self._lock:
-            self._labels, self._physical, self._at = labels, physical, time.monotonic()
+            self._labels, self._physical, self._app = labels, physical, app
+            self._endpoints = endpoints
+            self._at = time.monotonic()
+            self.generation += 1
 
     def physical_part(self, totals: Mapping[str, float]) -> Resources:
         """The node-defined part of a raw totals mapping."""
@@ -118,3 +195,30 @@ class NodeCache:
                 if not k.startswith(self._prefix) and not is_ray_internal(k) and v > 0
             }
         )
+
+
+_STATE_API_DOWN_UNTIL = [0.0]
+
+
+def ray_task_state(object_ref: Any, timeout: float = 2.0) -> dict[str, Any]:
+    """What Ray's state API says about the task of `object_ref` (its state, node and error),
+    best effort: empty when the API (the dashboard) is not reachable, and then not asked
+    again for a minute."""
+    if time.monotonic() < _STATE_API_DOWN_UNTIL[0]:
+        return {}
+    try:
+        from ray.util.state import get_task
+
+        found = get_task(object_ref.task_id().hex(), timeout=max(1, int(timeout)))
+    except Exception:
+        _STATE_API_DOWN_UNTIL[0] = time.monotonic() + 60.0
+        return {}
+    task = found[-1] if isinstance(found, list) and found else found
+    if task is None:
+        return {}
+    facts = {
+        "ray_state": getattr(task, "state", None),
+        "ray_node": getattr(task, "node_id", None),
+        "ray_error": getattr(task, "error_message", None),
+    }
+    return {k: v for k, v in facts.items() if v}

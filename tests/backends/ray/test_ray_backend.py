@@ -99,10 +99,14 @@ def ssd_node(backend: Any) -> str:
     return next(n for n, node in state.nodes.items() if "ssd" in node.total)
 
 
-def test_auto_mode_uses_resize_on_the_tested_ray(ray_cluster: Any) -> None:
+def test_auto_mode_detects_the_resize_call(ray_cluster: Any) -> None:
+    from escher.backends.ray._resize import resize_call
+
     backend = make_backend(ray_cluster)
     try:
-        assert backend.mode == ("resize" if ray.__version__ == "2.60.0" else "ledger")
+        assert backend.mode == ("resize" if resize_call() is not None else "ledger")
+        facts = backend.describe()
+        assert facts["mode"] == backend.mode and facts["ray_version"] == ray.__version__
     finally:
         backend.close()
     with pytest.raises(ConfigError, match="mode"):
@@ -244,8 +248,7 @@ def test_shrink_below_in_use_is_applied_once_released(backend: Any) -> None:
         assert wait_until(
             lambda: backend.get_cluster_state().node(node).available.get(label) == 1, timeout=10
         )
-        if backend.mode == "resize":
-            assert backend._resize.pending() == {}
+        assert backend.store.pending_shrinks() == {}
     finally:
         backend.set_resource(label, 0, node)
 
@@ -277,14 +280,27 @@ def test_gang_spread_over_four_nodes(ray_cluster: Any) -> None:
         backend.close()
 
 
-def test_ledger_gang_with_ephemeral_labels_is_refused(ray_cluster: Any) -> None:
+def test_ledger_gang_with_ephemeral_labels_and_cpus(ray_cluster: Any) -> None:
+    from escher.backends.ray._gang import bundle_selector_supported
+
     backend = make_backend(ray_cluster, mode="ledger")
+    a, b = workers(backend)[:2]
+    label = fresh()
     try:
-        with pytest.raises(UnsupportedError, match="ledger"):
-            backend.launch_gang([TaskSpec(here, resources=Resources({fresh(): 1}))])
-        refs = backend.launch_gang([TaskSpec(here, resources=Resources({"CPU": 1}))] * 2)
-        assert len([r.result(WAIT) for r in refs]) == 2
+        backend.set_resource(label, 1, a)
+        specs = [TaskSpec(here, resources=Resources({"CPU": 1, label: 1})) for _ in range(2)]
+        if not bundle_selector_supported():
+            with pytest.raises(UnsupportedError, match="ledger"):
+                backend.launch_gang(specs)
+            return
+        refs = backend.launch_gang(specs)
+        time.sleep(1.0)
+        assert not any(r.started() or r.done() for r in refs)  # only one unit exists
+        backend.set_resource(label, 1, b)
+        assert sorted(r.result(WAIT) for r in refs) == sorted([a, b])
     finally:
+        for n in (a, b):
+            backend.set_resource(label, 0, n)
         backend.close()
 
 

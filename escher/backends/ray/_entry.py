@@ -1,0 +1,73 @@
+"""A launched task this process tracks until it settles, and its request split for Ray.
+
+Shared by the task table, the ephemeral stores and gangs (a leaf module: it imports none
+of them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from escher.core.resources import Resources
+from escher.core.task import TaskRef, TaskSpec
+
+
+@dataclass(frozen=True)
+class SplitRequest:
+    """A task's request in Ray's terms.
+
+    Attributes:
+        options: Ray task options for the node-defined part (``num_cpus``, ``num_gpus``,
+            ``memory``, ``resources`` for the application's custom resources).
+        labels: The ephemeral labels requested (escher's names) -> quantity.
+        physical: The node-defined part as escher resources (for feasibility checks).
+    """
+
+    options: dict[str, Any]
+    labels: dict[str, float]
+    physical: Resources
+
+
+class GangHook(Protocol):
+    """What a task table needs from the gang a member belongs to."""
+
+    def member_done(self) -> None:
+        """A member settled (the last one frees the gang's reservation)."""
+
+    def cancel_unplaced(self) -> bool:
+        """Cancel every member if the gang was not placed yet; True if it was not."""
+
+
+@dataclass(eq=False)
+class Entry:
+    """One launched task, tracked until it settles.
+
+    Attributes:
+        ref: Its handle.
+        request: Its request split for Ray.
+        options: Ray options of every attempt (without a scheduling strategy).
+        key: The current attempt's key at the control actor's start gate
+            (``<session>:<n>`` then ``<session>:<n>.<retry>``).
+        object_ref: Ray's ObjectRef of the current attempt, once submitted.
+        node: Ledger mode: the node whose ephemeral units the attempt holds.
+        gang: The gang it belongs to, if any.
+        strategy: The scheduling strategy of the gang bundle it runs in, if any.
+        where: The node Ray last reported it on (for errors and `describe_task`).
+    """
+
+    ref: TaskRef
+    request: SplitRequest
+    options: dict[str, Any]
+    key: str = ""
+    object_ref: Any = None
+    node: str | None = None
+    gang: GangHook | None = None
+    strategy: Any = None
+    where: str | None = None
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def spec(self) -> TaskSpec:
+        """The task's spec."""
+        return self.ref.spec
