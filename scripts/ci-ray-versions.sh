@@ -11,7 +11,8 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import ray, sys; sys.
     python -m venv --clear "$venv"
     "$venv/bin/pip" install -q --upgrade pip
     "$venv/bin/pip" install -q "ray[default]==$version" pytest pytest-timeout hypothesis \
-        click rich "z3-solver>=4.12" "networkx>=3.0"
+        click rich "z3-solver>=4.12" "pydantic>=2.5" \
+        "jsonschema>=4.18" "fastjsonschema>=2.19"
 fi
 export RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 echo "Ray-marked tests on Ray $version ($venv)"

@@ -13,7 +13,7 @@ stress = pytest.importorskip("escher.testing.stress")
 import escher  # noqa: E402
 from escher.backends.base import Backend  # noqa: E402
 from escher.testing.conformance import wait_until  # noqa: E402
-from tests.support.ray_cluster import OBJECT_STORE, make_backend  # noqa: E402
+from tests.support.ray_cluster import OBJECT_STORE, make_backend, wait_until_gone  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.chaos]
 
@@ -24,6 +24,7 @@ class RayChurn(stress.NodeChurn):
     def __init__(self, cluster: Any) -> None:
         self._cluster = cluster
         self._handles: dict[str, Any] = {}
+        self._killed: list[str] = []
 
     def add(self, backend: Backend, name: str) -> str | None:
         before = set(backend.get_cluster_state().nodes)
@@ -37,10 +38,15 @@ class RayChurn(stress.NodeChurn):
 
     def kill(self, backend: Backend, node_id: str) -> None:
         self._cluster.remove_node(self._handles.pop(node_id), allow_graceful=False)
+        self._killed.append(node_id)
 
     def cleanup(self) -> None:
+        """Kill the spares left, and wait (bounded) until Ray no longer lists them, so the
+        next run does not take a dying node for one of its own."""
         for handle in self._handles.values():
             self._cluster.remove_node(handle, allow_graceful=False)
+        for node in [*self._handles, *self._killed]:
+            wait_until_gone(node)
         self._handles.clear()
 
 

@@ -260,16 +260,21 @@ def head_node_id() -> str | None:
     import ray
 
     for node in ray.nodes():  # type: ignore[no-untyped-call]
-        if node.get("Alive") and "node:__internal_head__" in (node.get("Resources") or {}):
+        if node.get("Alive") and HEAD_RESOURCE in (node.get("Resources") or {}):
             return str(node["NodeID"])
     return None
 
 
-def actor_options(name: str, namespace: str | None, node_id: str | None) -> dict[str, Any]:
-    """`ray.remote(...).options` for the control actor: detached, on `node_id` (the head),
-    restarted if it dies anyway."""
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+#: The custom resource Ray gives the head node only (a tiny amount of it pins an actor there).
+HEAD_RESOURCE = "node:__internal_head__"
 
+
+def actor_options(name: str, namespace: str | None, on_head: bool) -> dict[str, Any]:
+    """`ray.remote(...).options` for the control actor: detached, restarted if it dies
+    anyway, and (if `on_head`) pinned to the head node by the head's own resource, so a
+    worker's death cannot take it and a restart lands on the head again. (A soft node
+    affinity is not enough: right after a resize call on the head Ray may place it on a
+    worker.)"""
     options: dict[str, Any] = {
         "name": name,
         "namespace": namespace,
@@ -280,6 +285,6 @@ def actor_options(name: str, namespace: str | None, node_id: str | None) -> dict
         "max_restarts": -1,
         "max_task_retries": -1,
     }
-    if node_id is not None:
-        options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id, soft=True)
+    if on_head:
+        options["resources"] = {HEAD_RESOURCE: 0.001}
     return options

@@ -95,6 +95,7 @@ class TaskTable:
         self._bind_lock = threading.Lock()
         self._seq = itertools.count(1)
         self._lock = threading.RLock()
+        self._learn_lock = threading.Lock()
         self._by_key: dict[str, Entry] = {}
         self._done_keys: list[str] = []
         self._completions: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
@@ -230,6 +231,7 @@ class TaskTable:
             self._finish(entry, cancelled=True, key=key)
             return
         except rex.RayTaskError as exc:
+            self._learn_starts()  # the body claimed its start before it raised: count it
             cause = getattr(exc, "cause", None)
             error: BaseException = (
                 cause if isinstance(cause, BaseException) else exc.as_instanceof_cause()  # type: ignore[no-untyped-call]
@@ -396,8 +398,12 @@ class TaskTable:
         """Cancel `entry` if its body never ran and never will; True if so."""
         import ray
 
-        if entry.gang is not None and entry.gang.cancel_unplaced():
-            return entry.ref.state.value == "cancelled"
+        if entry.gang is not None:
+            # Unplaced: the whole gang is cancelled. Placed: too late, every member runs
+            # (cancelling one at the start gate would leave the gang half run).
+            if entry.gang.cancel_unplaced():
+                return entry.ref.state.value == "cancelled"
+            return False
         if self._store.withdraw(entry):
             self._finish(entry, cancelled=True)
             return True
@@ -471,11 +477,16 @@ class TaskTable:
                 last_check = time.monotonic()
                 self._check_nodes()
 
-    def _sync_once(self) -> bool:
-        """One sync with the gate; True when the table is idle and the thread may stop."""
+    def _learn_starts(self) -> bool:
+        """Ask the gate which attempts started since the last time (and where), and mark
+        them running; False if the control actor did not answer. One at a time: a settle
+        that waits for it then sees every start the gate reported before."""
+        with self._learn_lock:
+            return self._learn_starts_locked()
+
+    def _learn_starts_locked(self) -> bool:
         with self._lock:
             done, self._done_keys = self._done_keys, []
-            idle = not self._by_key and not self._parked
         try:
             fresh = wait_for(self._control().sync.remote(self._session, done), self._timeout)
         except Exception:
@@ -488,6 +499,15 @@ class TaskTable:
                 if entry is not None and entry.ref.state is TaskState.PENDING:
                     entry.where = node
                     entry.ref.set_running(node)
+        return True
+
+    def _sync_once(self) -> bool:
+        """One sync with the gate; True when the table is idle and the thread may stop."""
+        with self._lock:
+            idle = not self._by_key and not self._parked
+        if not self._learn_starts():
+            return False
+        with self._lock:
             if idle and not self._by_key and not self._done_keys and not self._parked:
                 self._syncer = None
                 return True

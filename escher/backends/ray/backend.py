@@ -236,7 +236,7 @@ class RayBackend(Backend):
                 except ValueError:
                     handle = (
                         ray.remote(ControlActor)
-                        .options(**actor_options(name, namespace, head_node_id()))
+                        .options(**actor_options(name, namespace, head_node_id() is not None))
                         .remote()
                     )
                 try:
