@@ -534,7 +534,7 @@ class BackendConformance:
 
     def test_node_loss_retries_elsewhere(self, backend: Backend, label: Any, tmp_path: Any) -> None:
         ref, doomed, name, release = self._doomed_task(backend, label, tmp_path, retries=1)
-        survivor = self.nodes(backend)[0]
+        survivor = next(n for n in self.nodes(backend) if n != doomed)
         try:
             self.kill_node(backend, doomed)
             backend.set_resource(name, 1, survivor)
