@@ -14,6 +14,7 @@ set +e
 python -m pytest -q "$@"
 status=$?
 if [ "$status" -eq 0 ] && [ "$#" -eq 0 ]; then bash scripts/ci-k8s-rbac.sh; status=$?; fi  # k8s tests with RBAC
+if [ "$status" -eq 0 ] && [ "$#" -eq 0 ]; then bash scripts/ci-ray-versions.sh; status=$?; fi  # oldest Ray
 set -e
 if [ "$status" -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi
 exit "$status"
