@@ -22,6 +22,7 @@ from escher.verify._model import Mods, Problem
 from escher.verify._result import (
     Explanation,
     IntentResult,
+    IntentStatus,
     Verdict,
     VerificationResult,
 )
@@ -221,13 +222,24 @@ class Verifier:
         prover = IntentProver(self.plan, self.state, memory_mb=self.memory_mb)
         pending = [i for i, x in enumerate(self.plan.intents) if not x.preferred]
         t0 = time.perf_counter()
-        shapes = {i: prover.shape(i) for i in pending}
+        shapes: dict[int, Any] = {}
+        for i in pending:  # sub-plans and their shapes cost time too: only while there is some
+            if time.monotonic() >= self.deadline:
+                break
+            shapes[i] = prover.shape(i)
         while pending:
             index = pending.pop(0)
-            left = max(0.0, self.deadline - time.monotonic())
-            todo = {shapes[i] for i in [index, *pending] if not prover.known(i)}
-            until = time.monotonic() + left / max(1, len(todo))
-            r = prover.prove(index, deadline=until)
+            left = self.deadline - time.monotonic()
+            if left <= 0 or index not in shapes:
+                r = IntentResult(
+                    self.plan.intents[index],
+                    IntentStatus.UNKNOWN,
+                    detail="timed out: no time was left for this proof (raise --timeout)",
+                )
+            else:
+                todo = {shapes[i] for i in [index, *pending] if i in shapes and not prover.known(i)}
+                until = time.monotonic() + left / max(1, len(todo))
+                r = prover.prove(index, deadline=until)
             self._intents.append(r)
             yield r
         self._times["intents"] = time.perf_counter() - t0

@@ -185,3 +185,33 @@ def test_result_renders_and_serialises() -> None:
         "task:a",
         "task:c",
     }
+
+
+def test_intents_after_the_deadline_are_reported_timed_out_without_work(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """When the verdict used the whole budget, each intent is UNKNOWN at once (no sub-plans
+    are built after the deadline), so --timeout holds."""
+    import time
+
+    from escher.verify import IntentStatus, Verifier
+
+    state = ClusterState.from_dict(
+        {"nodes": [{"id": f"n{i}", "total": {"CPU": 4}} for i in range(4)]}
+    )
+    plan = Plan()
+    for k in range(5):
+        plan.add_task(f"w{k}", {"CPU": 1}, count=2, source=f"job {k}")
+        plan.add_intent(Separated((f"w{k}",), source=f"AntiAffinity({k})"))
+    run = Verifier(plan, state, deadline=time.monotonic() + 30)
+    assert run.verdict().feasible
+    run.deadline = time.monotonic() - 1.0
+
+    def no_work(*_: object) -> None:
+        raise AssertionError("a sub-plan was built after the deadline")
+
+    monkeypatch.setattr("escher.verify._verify.IntentProver.shape", no_work)
+    proofs = list(run.intents())
+    assert [p.status for p in proofs] == [IntentStatus.UNKNOWN] * 5
+    assert all("timed out" in p.detail for p in proofs)
+    assert run.result().intents == tuple(proofs)
