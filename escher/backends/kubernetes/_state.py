@@ -24,6 +24,8 @@ class NodeRecord:
     capacity: dict[str, str]
     allocatable: dict[str, str]
     alive: bool
+    #: False once the node's Ready condition is False or Unknown (its kubelet is gone).
+    ready: bool = True
 
     @classmethod
     def parse(cls, obj: Mapping[str, Any]) -> NodeRecord:
@@ -42,6 +44,7 @@ class NodeRecord:
             allocatable=dict(status.get("allocatable") or {}),
             # A node without a Ready condition (no kubelet yet) is not counted as dead.
             alive=not spec.get("unschedulable", False) and ready in (None, "True"),
+            ready=ready in (None, "True"),
         )
 
     def newer_than(self, other: NodeRecord) -> bool:

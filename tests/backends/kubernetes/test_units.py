@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("kubernetes", reason="needs pip install 'escher-sched[k8s]'")
 
@@ -12,6 +16,7 @@ from escher.backends.kubernetes._names import (
     parse_quantity,
     validate_domain,
 )
+from escher.backends.kubernetes._nodes import patch_ops
 from escher.backends.kubernetes._payload import (
     TERMINATION_MESSAGE_LIMIT,
     ResultTooLargeError,
@@ -27,10 +32,13 @@ from escher.core.errors import (
     ConfigError,
     InvalidCapacityError,
     InvalidResourceNameError,
+    ReservedResourceError,
     ValidationError,
 )
 from escher.core.resources import Resources
 from escher.core.task import TaskSpec
+
+jsonpatch = pytest.importorskip("jsonpatch", reason="needs pip install 'escher[test]'")
 
 
 @pytest.mark.parametrize(
@@ -117,3 +125,67 @@ def test_unpicklable_call_is_a_validation_error() -> None:
     lock = threading.Lock()
     with pytest.raises(ValidationError, match="pickl"):
         encode_task(print, (lock,), {})
+
+
+# --- the node store's patches -----------------------------------------------------------
+LABELS = ["a", "b", "c", "d"]
+
+
+@st.composite
+def nodes_and_writes(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, float]]:
+    """A node object with some of escher's labels (and a foreign resource), and a write."""
+    names, owners = Names(), ["s1", "s2"]
+    present = draw(st.dictionaries(st.sampled_from(LABELS), st.integers(1, 5), max_size=4))
+    annotations = {names.annotation(k): draw(st.sampled_from(owners)) for k in present}
+    capacity = {names.resource(k): str(v) for k, v in present.items()}
+    if draw(st.booleans()):
+        capacity["example.com/dongle"] = "1"
+    meta: dict[str, Any] = {"name": "n1", "resourceVersion": "9"}
+    if annotations or draw(st.booleans()):
+        meta["annotations"] = {**annotations, "other": "x"} if draw(st.booleans()) else annotations
+    status: dict[str, Any] = {}
+    if capacity or draw(st.booleans()):
+        status = {"capacity": dict(capacity), "allocatable": dict(capacity)}
+    writes = draw(st.dictionaries(st.sampled_from(LABELS), st.integers(0, 5), min_size=1))
+    return {"metadata": meta, "status": status}, {k: float(v) for k, v in writes.items()}
+
+
+@given(nodes_and_writes())
+@settings(max_examples=300, deadline=None)
+def test_patch_ops_take_the_node_exactly_to_the_write(case: Any) -> None:
+    node, writes = case
+    names = Names()
+    ops = patch_ops(NodeRecord.parse(node), writes, names, "s1")
+    after = jsonpatch.apply_patch(node, ops)
+    rec = NodeRecord.parse(after)
+    for label, value in writes.items():
+        resource, annotation = names.resource(label), names.annotation(label)
+        if value > 0:
+            assert rec.capacity[resource] == rec.allocatable[resource] == str(int(value))
+            assert rec.annotations[annotation] == "s1"
+        else:
+            assert resource not in rec.capacity and resource not in rec.allocatable
+            assert annotation not in rec.annotations
+    untouched = [k for k in LABELS if k not in writes]
+    for label in untouched:  # other labels, foreign resources and annotations stay
+        before = NodeRecord.parse(node)
+        assert rec.capacity.get(names.resource(label)) == before.capacity.get(names.resource(label))
+        assert rec.annotations.get(names.annotation(label)) == before.annotations.get(
+            names.annotation(label)
+        )
+    assert rec.capacity.get("example.com/dongle") == NodeRecord.parse(node).capacity.get(
+        "example.com/dongle"
+    )
+    assert rec.annotations.get("other") == NodeRecord.parse(node).annotations.get("other")
+    assert (ops == []) == (after == node)  # a write that changes nothing sends nothing
+    assert patch_ops(rec, writes, names, "s1") == []
+
+
+def test_patch_ops_refuse_a_foreign_resource_under_the_domain() -> None:
+    node = {
+        "metadata": {"name": "n1", "resourceVersion": "3"},
+        "status": {"capacity": {"escher.io/x": "7"}, "allocatable": {"escher.io/x": "7"}},
+    }
+    for value in (0.0, 2.0):
+        with pytest.raises(ReservedResourceError, match="did not create"):
+            patch_ops(NodeRecord.parse(node), {"y": 1.0, "x": value}, Names(), "s1")

@@ -1,0 +1,453 @@
+"""The pod lifecycle: one pod per attempt of a task, followed to its end.
+
+`PodLifecycle` creates the pods, turns the pod watch's events into the task handles' states
+(`TaskRef.set_running`, `set_result`, ...), asks `TaskRef.retry` (the one retry rule) after
+a failed attempt and creates the next pod, cancels pods that have not started, and notices
+nodes that are lost under running pods (deleted, or not Ready for a while).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from escher.backends.kubernetes._errors import as_escher
+from escher.backends.kubernetes._kube import KubeApi
+from escher.backends.kubernetes._names import MANAGED_BY_KEY, MANAGED_BY_VALUE, Names
+from escher.backends.kubernetes._payload import TASK_ENV, decode_outcome, encode_task
+from escher.backends.kubernetes._pods import (
+    CONTAINER,
+    RUNNER_COMMAND,
+    build_pod,
+    node_selector_env,
+    pod_name,
+)
+from escher.backends.kubernetes._state import NodeRecord
+from escher.backends.kubernetes._tracker import PodTracker
+from escher.core.errors import ConfigError, EscherError, NodeDiedError, TaskFailedError
+from escher.core.task import RetryCause, Status, StatusCode, TaskRef, TaskSpec, task_error
+
+log = logging.getLogger("escher.kubernetes")
+
+#: Pod status reasons that mean the node, not the task, failed.
+NODE_REASONS = frozenset({"Evicted", "NodeLost", "Shutdown", "NodeShutdown", "Terminated"})
+
+
+@dataclass
+class PodOptions:
+    """What every pod of a backend shares.
+
+    Attributes:
+        namespace: Namespace of the pods.
+        session: The backend's session id (pod label).
+        image: Image for Python callables (and container tasks without their own).
+        node_selector: Node labels every pod requires.
+        service_account: Service account of the pods.
+        keep_pods: Keep finished pods instead of deleting them.
+        image_pull_secrets: Secrets to pull the image with.
+    """
+
+    namespace: str
+    session: str
+    image: str | None = None
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    service_account: str | None = None
+    keep_pods: bool = False
+    image_pull_secrets: tuple[str, ...] = ()
+
+
+@dataclass
+class _Task:
+    """Book-keeping for one launched task (it may go through several pods on retries)."""
+
+    ref: TaskRef
+    spec: TaskSpec
+    pod: str = ""
+    uid: str = ""
+    node: str = ""
+    running: bool = False
+    cancelled: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def _unschedulable_reason(status: Mapping[str, Any]) -> str | None:
+    """The scheduler's message of a pod's PodScheduled=False condition, if it has one."""
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            return str(condition.get("message") or condition.get("reason") or "")
+    return None
+
+
+def _terminated(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """The task container's `state.terminated` block ({} if absent)."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        if cs.get("name") == CONTAINER:
+            return dict((cs.get("state") or {}).get("terminated") or {})
+    return {}
+
+
+class PodLifecycle:
+    """Pods for tasks, and task handles driven by the pods' events.
+
+    Args:
+        api: The JSON API wrapper.
+        names: How labels are spelled in Kubernetes.
+        options: What every pod shares.
+        lost_nodes: Of some node names, those gone (None) or not Ready (their record).
+        node_check_seconds: How often nodes under running pods are checked (0: never).
+        node_lost_after: Seconds a node may stay not Ready before its pods count as lost.
+    """
+
+    def __init__(
+        self,
+        api: KubeApi,
+        names: Names,
+        options: PodOptions,
+        *,
+        lost_nodes: Callable[[Iterable[str]], Mapping[str, NodeRecord | None]],
+        node_check_seconds: float = 5.0,
+        node_lost_after: float = 30.0,
+    ) -> None:
+        self._api = api
+        self._names = names
+        self.options = options
+        self._lost_nodes = lost_nodes
+        self._node_check_seconds = node_check_seconds
+        self._node_lost_after = node_lost_after
+        self._lock = threading.RLock()
+        self._tasks: dict[str, _Task] = {}  # pod name -> task
+        self._by_ref: dict[str, _Task] = {}
+        self._tracker: PodTracker | None = None
+        self._monitor: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._not_ready_since: dict[str, float] = {}
+        self.closed = False
+
+    # --- launching ----------------------------------------------------------------------------
+    def submit(self, ref: TaskRef) -> None:
+        """Create the first pod of `ref`'s task.
+
+        Raises:
+            ConfigError: a callable without an image, a container task without one.
+            BackendError: the API refused the pod (nothing was created).
+        """
+        task = _Task(ref, ref.spec)
+        with self._lock:
+            self._by_ref[ref.id] = task
+        self._started()
+        self._create_pod(task)
+
+    def _manifest(self, task: _Task, name: str) -> dict[str, Any]:
+        spec, opts = task.spec, self.options
+        env: dict[str, str] = {}
+        if spec.fn is not None:
+            if not opts.image:
+                raise ConfigError(
+                    "running a Python callable on Kubernetes needs an image with escher and "
+                    "your code installed: set the kubernetes backend option image=... "
+                    "(or ESCHER_KUBERNETES_IMAGE)."
+                )
+            image, command = opts.image, list(RUNNER_COMMAND)
+            env = {
+                TASK_ENV: encode_task(spec.fn, spec.args, spec.kwargs),
+                "ESCHER_TASK_NAME": spec.name,
+                "ESCHER_K8S_NAMESPACE": opts.namespace,
+                "ESCHER_K8S_DOMAIN": self._names.domain,
+                "ESCHER_K8S_NODE_SELECTOR": node_selector_env(opts.node_selector),
+                "ESCHER_K8S_IMAGE": opts.image,
+            }
+        else:
+            image = spec.image or opts.image or ""
+            if not image:
+                raise ConfigError("a container task needs TaskSpec.image (or the image option).")
+            command = list(spec.command or [])
+        return build_pod(
+            name=name,
+            namespace=opts.namespace,
+            spec=spec,
+            names=self._names,
+            session=opts.session,
+            task_id=task.ref.id,
+            image=image,
+            command=command,
+            env=env,
+            node_selector=opts.node_selector,
+            service_account=opts.service_account,
+            image_pull_secrets=opts.image_pull_secrets,
+        )
+
+    def _create_pod(self, task: _Task) -> None:
+        name = pod_name(task.spec.name)
+        manifest = self._manifest(task, name)
+        with self._lock:
+            self._tasks[name] = task
+        with task.lock:
+            task.pod, task.uid, task.node, task.running = name, "", "", False
+        try:
+            created = self._api.create_pod(self.options.namespace, manifest)
+        except Exception as exc:
+            self._forget(name)
+            error = as_escher(exc, f"creating pod {name}")
+            if task.ref.attempts == 0 and not task.ref.done():
+                with self._lock:
+                    self._by_ref.pop(task.ref.id, None)
+                raise error from None
+            task.ref.set_exception(error)
+            return
+        with task.lock:
+            task.uid = str(created["metadata"].get("uid", ""))
+        task.ref.set_status(Status(StatusCode.PENDING, f"pod {name} created"))
+
+    def _started(self) -> None:
+        with self._lock:
+            if self._tracker is None:
+                self._tracker = PodTracker(
+                    self._api,
+                    self.options.namespace,
+                    f"{MANAGED_BY_KEY}={MANAGED_BY_VALUE},{self._names.session_label}="
+                    f"{self.options.session}",
+                    self._on_pod,
+                )
+                if self._node_check_seconds > 0:
+                    self._monitor = threading.Thread(
+                        target=self._watch_nodes, name="escher-k8s-nodes", daemon=True
+                    )
+                    self._monitor.start()
+            tracker = self._tracker
+        tracker.start()
+
+    # --- pod events ---------------------------------------------------------------------------
+    def _on_pod(self, kind: str, pod: dict[str, Any]) -> None:
+        meta = pod.get("metadata") or {}
+        name = meta.get("name", "")
+        with self._lock:
+            task = self._tasks.get(name)
+        if task is None:
+            return
+        ref = task.ref
+        status = pod.get("status") or {}
+        phase = status.get("phase")
+        node = (pod.get("spec") or {}).get("nodeName") or ""
+        with task.lock:
+            if task.pod != name or ref.done() or task.cancelled:
+                return
+            task.node = node or task.node
+            if kind == "DELETED" and phase not in ("Succeeded", "Failed"):
+                self._forget(name)
+                self._retry_or_fail(
+                    task, f"its pod {name} was deleted before it finished", NodeDiedError
+                )
+                return
+            if phase == "Pending":
+                self._on_pending(ref, node, status)
+                return
+            if phase in ("Running", "Succeeded", "Failed") and not task.running:
+                task.running = True
+                ref.set_running(node)
+            if phase in ("Succeeded", "Failed"):
+                self._forget(name)
+                if not self.options.keep_pods and self._tracker is not None:
+                    self._tracker.delete_later(name, str(meta.get("uid", "")))
+                self._settle(task, pod, phase == "Succeeded")
+
+    @staticmethod
+    def _on_pending(ref: TaskRef, node: str, status: Mapping[str, Any]) -> None:
+        if node:
+            ref.set_status(Status(StatusCode.SCHEDULED, f"bound to {node}"))
+            return
+        reason = _unschedulable_reason(status)
+        if reason is not None:
+            ref.set_status(Status(StatusCode.UNSCHEDULABLE, reason))
+
+    def _forget(self, name: str) -> None:
+        with self._lock:
+            self._tasks.pop(name, None)
+
+    def _settle(self, task: _Task, pod: dict[str, Any], succeeded: bool) -> None:
+        """Finish `task` from its terminated pod (called with task.lock held)."""
+        if task.spec.fn is None:
+            self._settle_container(task, pod, succeeded)
+            return
+        name = pod["metadata"]["name"]
+        status = pod.get("status") or {}
+        terminated = _terminated(pod)
+        message = terminated.get("message") or ""
+        try:
+            ok, value = decode_outcome(message, task.spec.name)
+        except Exception:
+            code = terminated.get("exitCode")
+            why = status.get("reason") or ("exit code " + str(code) if code is not None else "")
+            if status.get("reason") in NODE_REASONS:
+                self._retry_or_fail(task, f"pod {name} was {why}", NodeDiedError)
+                return
+            ended = "Succeeded" if succeeded else "Failed"
+            self._retry_or_fail(
+                task,
+                f"pod {name} ended ({ended}, {why or 'no reason'}) "
+                f"without an escher result in its termination message: "
+                f"{(message or status.get('message') or '')[:300]!r}",
+                TaskFailedError,
+                is_exception=True,
+            )
+            return
+        if ok:
+            self._done(task, value)
+        elif not self.closed and task.ref.retry(
+            RetryCause.RAISED, f"it raised {type(value).__name__}; retrying"
+        ):
+            self._respawn(task)
+        else:
+            task.ref.set_exception(value)
+            self._drop(task)
+
+    def _settle_container(self, task: _Task, pod: dict[str, Any], succeeded: bool) -> None:
+        terminated = _terminated(pod)
+        message = terminated.get("message") or ""
+        if succeeded:
+            self._done(task, message)
+            return
+        status = pod.get("status") or {}
+        code = terminated.get("exitCode")
+        detail = f"exit code {code}" if code is not None else status.get("reason", "")
+        said = message or status.get("message", "")
+        self._retry_or_fail(
+            task,
+            f"container of pod {pod['metadata']['name']} failed ({detail}): {said}",
+            TaskFailedError,
+            is_exception=True,
+        )
+
+    def _done(self, task: _Task, value: Any) -> None:
+        task.ref.set_result(value)
+        self._drop(task)
+
+    def _drop(self, task: _Task) -> None:
+        with self._lock:
+            self._by_ref.pop(task.ref.id, None)
+
+    def _retry_or_fail(
+        self,
+        task: _Task,
+        message: str,
+        kind: type[TaskFailedError] | type[NodeDiedError],
+        is_exception: bool = False,
+    ) -> None:
+        cause = RetryCause.RAISED if is_exception else RetryCause.NODE_LOST
+        if not self.closed and task.ref.retry(cause, message + "; retrying"):
+            self._respawn(task)
+            return
+        task.ref.set_exception(task_error(message, task.ref, kind))
+        self._drop(task)
+
+    def _respawn(self, task: _Task) -> None:
+        task.running = False
+        threading.Thread(target=self._create_pod_quietly, args=(task,), daemon=True).start()
+
+    def _create_pod_quietly(self, task: _Task) -> None:
+        try:
+            self._create_pod(task)
+        except Exception as exc:  # _create_pod fails the ref itself after the first start
+            task.ref.set_exception(exc)
+
+    # --- node loss ----------------------------------------------------------------------------
+    def _watch_nodes(self) -> None:
+        while not self._stop.wait(self._node_check_seconds):
+            with self._lock:
+                tasks = list(self._by_ref.values())
+            nodes = {task.node for task in tasks if task.node}
+            try:
+                lost = self._lost_nodes(nodes) if nodes else {}
+            except EscherError as exc:
+                log.warning("checking the nodes of running pods failed: %s", exc)
+                continue
+            now = time.monotonic()
+            for node in set(self._not_ready_since) - set(lost):
+                del self._not_ready_since[node]
+            for node, rec in lost.items():
+                if rec is None:
+                    self.lose_node(node, "was deleted")
+                    continue
+                since = self._not_ready_since.setdefault(node, now)
+                if now - since >= self._node_lost_after:
+                    self.lose_node(node, f"is not Ready for {now - since:.0f}s")
+
+    def lose_node(self, node: str, why: str) -> int:
+        """Count every pod of this backend on `node` as lost: delete it, retry or fail its task.
+
+        Returns:
+            How many tasks it affected.
+        """
+        with self._lock:
+            tasks = [task for task in self._by_ref.values() if task.node == node]
+        affected = 0
+        for task in tasks:
+            with task.lock:
+                if task.node != node or task.ref.done() or task.cancelled:
+                    continue
+                name, uid = task.pod, task.uid
+                self._forget(name)
+                if self._tracker is not None:
+                    self._tracker.delete_later(name, uid)
+                self._retry_or_fail(
+                    task, f"its node {node} {why} while pod {name} was on it", NodeDiedError
+                )
+                affected += 1
+        return affected
+
+    # --- cancel, close ------------------------------------------------------------------------
+    def cancel(self, ref: TaskRef) -> bool:
+        """Delete the pod of a task that has not started; True if it will never run."""
+        with self._lock:
+            task = self._by_ref.get(ref.id)
+        if task is None:
+            return False
+        with task.lock:
+            if task.running or ref.done() or ref.started():
+                return False
+            task.cancelled = True
+            name = task.pod
+        try:
+            self._api.delete_pod(self.options.namespace, name)
+        except Exception as exc:
+            log.warning("could not delete cancelled pod %s: %s", name, exc)
+        self._forget(name)
+        self._drop(task)
+        return ref.set_cancelled()
+
+    def pod_of(self, ref: TaskRef) -> tuple[str, str, str] | None:
+        """(pod name, uid, node) of the current attempt of a live task, else None."""
+        with self._lock:
+            task = self._by_ref.get(ref.id)
+        if task is None:
+            return None
+        with task.lock:
+            return task.pod, task.uid, task.node
+
+    def close(self) -> None:
+        """Cancel tasks whose pods have not started, fail the running ones, stop watching.
+
+        Pods already running keep running; their handles fail, since nobody watches them.
+        """
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            tasks = list(self._by_ref.values())
+        for task in tasks:
+            if not task.ref.done() and not self.cancel(task.ref) and not task.ref.done():
+                task.ref.set_exception(
+                    task_error(
+                        f"the backend was closed while it ran; its pod {task.pod} keeps running",
+                        task.ref,
+                        TaskFailedError,
+                    )
+                )
+        self._stop.set()
+        if self._tracker is not None:
+            self._tracker.stop()
+        if self._monitor is not None:
+            self._monitor.join(5.0)
