@@ -19,6 +19,7 @@ from escher.backends.kubernetes._errors import as_escher
 from escher.backends.kubernetes._kube import KubeApi
 from escher.backends.kubernetes._names import MANAGED_BY_KEY, MANAGED_BY_VALUE, Names
 from escher.backends.kubernetes._payload import TASK_ENV, decode_outcome, encode_task
+from escher.backends.kubernetes._pipeline import Pipeline
 from escher.backends.kubernetes._pods import (
     CONTAINER,
     RUNNER_COMMAND,
@@ -100,6 +101,8 @@ class PodLifecycle:
         lost_nodes: Of some node names, those gone (None) or not Ready (their record).
         node_check_seconds: How often nodes under running pods are checked (0: never).
         node_lost_after: Seconds a node may stay not Ready before its pods count as lost.
+        create_workers: Pod creates in flight at once.
+        create_depth: Pod creates queued or in flight before `submit` waits.
     """
 
     def __init__(
@@ -111,6 +114,8 @@ class PodLifecycle:
         lost_nodes: Callable[[Iterable[str]], Mapping[str, NodeRecord | None]],
         node_check_seconds: float = 5.0,
         node_lost_after: float = 30.0,
+        create_workers: int = 8,
+        create_depth: int = 256,
     ) -> None:
         self._api = api
         self._names = names
@@ -125,21 +130,39 @@ class PodLifecycle:
         self._monitor: threading.Thread | None = None
         self._stop = threading.Event()
         self._not_ready_since: dict[str, float] = {}
+        self._pipeline = Pipeline(create_workers, create_depth)
         self.closed = False
 
     # --- launching ----------------------------------------------------------------------------
     def submit(self, ref: TaskRef) -> None:
-        """Create the first pod of `ref`'s task.
+        """Queue the first pod of `ref`'s task; the pipeline creates it.
 
         Raises:
             ConfigError: a callable without an image, a container task without one.
-            BackendError: the API refused the pod (nothing was created).
+            ValidationError: a request Kubernetes cannot express.
         """
         task = _Task(ref, ref.spec)
+        name, manifest = self._next_pod(task)  # raises before anything is registered
         with self._lock:
             self._by_ref[ref.id] = task
         self._started()
-        self._create_pod(task)
+        self._queue(task, name, manifest)
+
+    def _lane(self, spec: TaskSpec) -> tuple[str, ...] | None:
+        """Pods asking for the same labels are created in launch order; others in any order."""
+        labels = tuple(sorted(k for k in spec.resources if not self._names.is_physical_request(k)))
+        return labels or None
+
+    def _next_pod(self, task: _Task) -> tuple[str, dict[str, Any]]:
+        name = pod_name(task.spec.name)
+        return name, self._manifest(task, name)
+
+    def _queue(self, task: _Task, name: str, manifest: dict[str, Any]) -> None:
+        with self._lock:
+            self._tasks[name] = task
+        with task.lock:
+            task.pod, task.uid, task.node, task.running = name, "", "", False
+        self._pipeline.put(self._lane(task.spec), lambda: self._create(task, name, manifest))
 
     def _manifest(self, task: _Task, name: str) -> dict[str, Any]:
         spec, opts = task.spec, self.options
@@ -180,27 +203,33 @@ class PodLifecycle:
             image_pull_secrets=opts.image_pull_secrets,
         )
 
-    def _create_pod(self, task: _Task) -> None:
-        name = pod_name(task.spec.name)
-        manifest = self._manifest(task, name)
-        with self._lock:
-            self._tasks[name] = task
+    def _create(self, task: _Task, name: str, manifest: dict[str, Any]) -> None:
+        """Create one attempt's pod (a pipeline job); a refusal fails the task."""
         with task.lock:
-            task.pod, task.uid, task.node, task.running = name, "", "", False
+            if task.cancelled or task.ref.done() or task.pod != name:
+                self._forget(name)
+                return
         try:
             created = self._api.create_pod(self.options.namespace, manifest)
         except Exception as exc:
             self._forget(name)
-            error = as_escher(exc, f"creating pod {name}")
-            if task.ref.attempts == 0 and not task.ref.done():
-                with self._lock:
-                    self._by_ref.pop(task.ref.id, None)
-                raise error from None
-            task.ref.set_exception(error)
+            if task.ref.set_exception(as_escher(exc, f"creating pod {name}")):
+                self._drop(task)
             return
+        uid = str(created["metadata"].get("uid", ""))
         with task.lock:
-            task.uid = str(created["metadata"].get("uid", ""))
-        task.ref.set_status(Status(StatusCode.PENDING, f"pod {name} created"))
+            task.uid = uid if task.pod == name else task.uid
+            cancelled = task.cancelled
+            if not cancelled and task.pod == name and not task.node:
+                task.ref.set_status(Status(StatusCode.PENDING, f"pod {name} created"))
+        if cancelled:  # cancelled while the create was in flight: the cancel missed it
+            self._delete_quietly(name, uid)
+
+    def _delete_quietly(self, name: str, uid: str) -> None:
+        try:
+            self._api.delete_pod(self.options.namespace, name, uid)
+        except Exception as exc:
+            log.warning("could not delete pod %s: %s", name, exc)
 
     def _started(self) -> None:
         with self._lock:
@@ -344,14 +373,18 @@ class PodLifecycle:
         self._drop(task)
 
     def _respawn(self, task: _Task) -> None:
+        """Queue the next attempt's pod (called with task.lock held)."""
         task.running = False
-        threading.Thread(target=self._create_pod_quietly, args=(task,), daemon=True).start()
-
-    def _create_pod_quietly(self, task: _Task) -> None:
         try:
-            self._create_pod(task)
-        except Exception as exc:  # _create_pod fails the ref itself after the first start
+            name, manifest = self._next_pod(task)
+        except EscherError as exc:
             task.ref.set_exception(exc)
+            self._drop(task)
+            return
+        with self._lock:
+            self._tasks[name] = task
+        task.pod, task.uid, task.node = name, "", ""
+        self._pipeline.put(self._lane(task.spec), lambda: self._create(task, name, manifest))
 
     # --- node loss ----------------------------------------------------------------------------
     def _watch_nodes(self) -> None:
@@ -410,10 +443,7 @@ class PodLifecycle:
                 return False
             task.cancelled = True
             name = task.pod
-        try:
-            self._api.delete_pod(self.options.namespace, name)
-        except Exception as exc:
-            log.warning("could not delete cancelled pod %s: %s", name, exc)
+        self._delete_quietly(name, "")
         self._forget(name)
         self._drop(task)
         return ref.set_cancelled()
@@ -446,6 +476,7 @@ class PodLifecycle:
                         TaskFailedError,
                     )
                 )
+        self._pipeline.close()
         self._stop.set()
         if self._tracker is not None:
             self._tracker.stop()
