@@ -135,6 +135,7 @@ def _worker_backend() -> Any:
         node_selector=selector,
         node_name=os.environ.get("NODE_NAME") or None,
         service_account=os.environ.get("ESCHER_K8S_SERVICE_ACCOUNT") or None,
+        session_id=os.environ.get("ESCHER_K8S_SESSION") or None,
     )
 
 
