@@ -23,7 +23,7 @@ COMMANDS: dict[str, CommandEntry] = {
     "backends": CommandEntry("escher.cli.backends:backends"),
     "bench": CommandEntry("escher.cli.bench:bench"),
     "demo": CommandEntry("escher.cli.demo:demo"),
-    "gc": CommandEntry("escher.backends.kubernetes._cli:gc", extra="k8s"),
+    "gc": CommandEntry("escher.cli.gc:gc"),
     "state": CommandEntry("escher.cli.state:state"),
     "verify": CommandEntry("escher.verify._cli:verify"),
     "view": CommandEntry("escher.explain._view_cli:view", extra="view"),

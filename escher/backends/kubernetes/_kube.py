@@ -91,6 +91,7 @@ class KubeApi:
     def __init__(self, api_client: Any, request_timeout: float = 30.0) -> None:
         self.api_client = api_client
         self.core: Any = k8s_client.CoreV1Api(api_client)
+        self.coordination: Any = k8s_client.CoordinationV1Api(api_client)
         self.timeout = request_timeout
 
     # --- nodes -----------------------------------------------------------------------
@@ -230,6 +231,69 @@ class KubeApi:
                         yield json.loads(line)
         finally:
             response.release_conn()
+
+    def list_events(self, namespace: str, field_selector: str) -> list[dict[str, Any]]:
+        found = _body(
+            self.core.list_namespaced_event(
+                namespace,
+                field_selector=field_selector,
+                _preload_content=False,
+                _request_timeout=self.timeout,
+            )
+        )
+        return list(found.get("items") or [])
+
+    # --- leases (coordination.k8s.io) ----------------------------------------------------
+    def create_lease(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        return _body(  # type: ignore[no-any-return]
+            self.coordination.create_namespaced_lease(
+                namespace, body, _preload_content=False, _request_timeout=self.timeout
+            )
+        )
+
+    def get_lease(self, namespace: str, name: str) -> dict[str, Any]:
+        return _body(  # type: ignore[no-any-return]
+            self.coordination.read_namespaced_lease(
+                name, namespace, _preload_content=False, _request_timeout=self.timeout
+            )
+        )
+
+    def list_leases(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        found = _body(
+            self.coordination.list_namespaced_lease(
+                namespace,
+                label_selector=label_selector,
+                _preload_content=False,
+                _request_timeout=self.timeout,
+            )
+        )
+        return list(found.get("items") or [])
+
+    def patch_lease(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        return _body(  # type: ignore[no-any-return]
+            self.coordination.patch_namespaced_lease(
+                name,
+                namespace,
+                body,
+                _content_type=MERGE_PATCH,
+                _preload_content=False,
+                _request_timeout=self.timeout,
+            )
+        )
+
+    def delete_lease(self, namespace: str, name: str) -> bool:
+        """Delete a lease; False if it was already gone."""
+        try:
+            _body(
+                self.coordination.delete_namespaced_lease(
+                    name, namespace, _preload_content=False, _request_timeout=self.timeout
+                )
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
 
     def close(self) -> None:
         self.api_client.close()

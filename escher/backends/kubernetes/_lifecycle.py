@@ -182,6 +182,7 @@ class PodLifecycle:
                 "ESCHER_K8S_DOMAIN": self._names.domain,
                 "ESCHER_K8S_NODE_SELECTOR": node_selector_env(opts.node_selector),
                 "ESCHER_K8S_IMAGE": opts.image,
+                "ESCHER_K8S_SESSION": opts.session,
             }
         else:
             image = spec.image or opts.image or ""

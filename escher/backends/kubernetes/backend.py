@@ -9,11 +9,14 @@ name those resources. The backend composes two parts with one job each: a `NodeS
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from escher.backends.base import Backend, Capability
+from escher.backends.base import Backend, Capability, GarbageReport
+from escher.backends.kubernetes._gc import collect_garbage
 from escher.backends.kubernetes._kube import KubeApi, connect
+from escher.backends.kubernetes._lease import SessionLease, owner_mark
 from escher.backends.kubernetes._lifecycle import PodLifecycle, PodOptions
 from escher.backends.kubernetes._names import DEFAULT_DOMAIN, Names, validate_domain
 from escher.backends.kubernetes._nodes import NodeStore
@@ -24,6 +27,8 @@ from escher.core.context import current_task
 from escher.core.errors import BackendError, ConfigError, UnschedulableError
 from escher.core.nodespec import NodeSpec
 from escher.core.task import Status, StatusCode, TaskRef, TaskSpec, task_error
+
+SESSION_RE = re.compile(r"[a-z0-9]{1,40}")
 
 
 def _check_options(
@@ -48,6 +53,22 @@ def _check_options(
     for name, value in seconds.items():
         if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
             raise ConfigError(f"{name} must be a number of seconds >= 0, got {value!r}.")
+
+
+def _check_session(session_id: object, lease_seconds: object, renew_seconds: object) -> None:
+    if session_id is not None and not (
+        isinstance(session_id, str) and SESSION_RE.fullmatch(session_id)
+    ):
+        raise ConfigError(
+            f"session_id must be 1-40 lower-case letters and digits, got {session_id!r}."
+        )
+    if isinstance(lease_seconds, bool) or not isinstance(lease_seconds, int) or lease_seconds < 1:
+        raise ConfigError(f"lease_seconds must be an int >= 1, got {lease_seconds!r}.")
+    if isinstance(renew_seconds, int | float) and not 0 < renew_seconds < lease_seconds:
+        raise ConfigError(
+            f"renew_seconds must be > 0 and below lease_seconds ({lease_seconds}), "
+            f"got {renew_seconds!r}."
+        )
 
 
 class KubernetesBackend(Backend):
@@ -76,6 +97,11 @@ class KubernetesBackend(Backend):
         node_check_seconds: How often the nodes under running pods are checked for loss
             (one LIST of nodes, only while pods run; 0 turns it off).
         node_lost_after: Seconds a node may stay not Ready before its pods count as lost.
+        session_id: Join this existing session instead of starting one (escher's task
+            pods join their driver's): mark with it, keep no lease of one's own.
+        lease_seconds: A session whose lease was not renewed for this long is dead, and
+            `escher gc` removes what it left.
+        renew_seconds: How often the session's lease is renewed.
     """
 
     name = "kubernetes"
@@ -98,18 +124,28 @@ class KubernetesBackend(Backend):
         image_pull_secrets: Sequence[str] = (),
         node_check_seconds: float = 5.0,
         node_lost_after: float = 30.0,
+        session_id: str | None = None,
+        lease_seconds: int = 60,
+        renew_seconds: float = 10.0,
     ) -> None:
         self._names = Names(validate_domain(domain))
         _check_options(
             namespace,
             node_selector,
             conflict_retries,
-            {"node_check_seconds": node_check_seconds, "node_lost_after": node_lost_after},
+            {
+                "node_check_seconds": node_check_seconds,
+                "node_lost_after": node_lost_after,
+                "renew_seconds": renew_seconds,
+            },
         )
         if isinstance(image_pull_secrets, str) or not all(
             isinstance(s, str) and s for s in image_pull_secrets
         ):
             raise ConfigError("image_pull_secrets must be a list of Secret names.")
+        _check_session(session_id, lease_seconds, renew_seconds)
+        if session_id is not None:
+            self.session_id = session_id
         self.namespace = namespace
         self.image = image
         self.node_selector: dict[str, str] = dict(node_selector or {})
@@ -117,12 +153,24 @@ class KubernetesBackend(Backend):
         self._api = KubeApi(connect(kubeconfig, context, in_cluster), request_timeout)
         self._clock = RealClock()
         self._closed = False
+        self._lease = (
+            None
+            if session_id is not None
+            else SessionLease(
+                self._api,
+                self._names,
+                namespace,
+                self.session_id,
+                lease_seconds=lease_seconds,
+                renew_seconds=renew_seconds,
+            )
+        )
         self._nodes = NodeStore(
             self._api,
             self._names,
             node_selector=self.node_selector,
             namespace=namespace,
-            owner=self.session_id,
+            owner=owner_mark(namespace, self.session_id),
             conflict_retries=conflict_retries,
         )
         self._pods = PodLifecycle(
@@ -176,16 +224,20 @@ class KubernetesBackend(Backend):
         return self._nodes.targets(spec, self.current_node_id(), self.get_cluster_state)
 
     def _set_resource(self, label: str, capacity: float, spec: NodeSpec) -> list[str]:
+        return self._set_resources({label: capacity}, spec)
+
+    def _set_resources(self, capacities: dict[str, float], spec: NodeSpec) -> list[str]:
         self._ensure_open()
         targets = self._targets(spec)
-        self._nodes.write_many(targets, {label: capacity})
+        if targets:
+            self._hold_lease()
+            self._nodes.write_many(targets, capacities)
         return targets
 
-    def _set_resources(self, capacities: dict[str, float], spec: NodeSpec) -> Sequence[str]:
-        self._ensure_open()
-        targets = self._targets(spec)
-        self._nodes.write_many(targets, capacities)
-        return targets
+    def _hold_lease(self) -> None:
+        """The session's lease exists before anything marked with the session does."""
+        if self._lease is not None:
+            self._lease.ensure()
 
     # --- tasks --------------------------------------------------------------------------------
     def _launch(self, spec: TaskSpec) -> TaskRef:
@@ -200,6 +252,7 @@ class KubernetesBackend(Backend):
             ref.set_exception(task_error(reason + ". Ask for less or add a larger node.", ref,
                                  UnschedulableError))  # fmt: skip
             return ref
+        self._hold_lease()
         self._pods.submit(ref)
         return ref
 
@@ -209,6 +262,35 @@ class KubernetesBackend(Backend):
         if context is not None and context.backend is self:
             return context.node_id
         return self._node_name
+
+    def collect_garbage(
+        self,
+        *,
+        dry_run: bool = False,
+        labels: Iterable[str] | None = None,
+        everything: bool = False,
+    ) -> GarbageReport:
+        """Remove what dead sessions left: node resources, pods, expired session leases.
+
+        A session is dead once its lease in this backend's namespace is gone or expired
+        (`lease_seconds` without renewal); live sessions, this one included, keep theirs.
+
+        Args:
+            dry_run: Report what would be removed; change nothing.
+            labels: Only these labels (and no pods or leases are removed).
+            everything: Also what live sessions use: only when no escher application
+                uses the cluster (the old, unconditional clean-up).
+        """
+        self._ensure_open()
+        return collect_garbage(
+            self._api,
+            self._names,
+            namespace=self.namespace,
+            node_selector=self._nodes.selector_text or None,
+            labels=labels,
+            everything=everything,
+            dry_run=dry_run,
+        )
 
     def describe(self) -> dict[str, Any]:
         facts = super().describe()
@@ -228,6 +310,8 @@ class KubernetesBackend(Backend):
         self._closed = True
         self._pods.close()
         self._nodes.close()
+        if self._lease is not None:
+            self._lease.release()
         self._clock.close()
         self._api.close()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -14,8 +15,8 @@ from click.testing import CliRunner
 import escher
 from escher.backends._registry import create_backend
 from escher.backends.kubernetes import KubernetesBackend, ResultTooLargeError
-from escher.backends.kubernetes._cli import gc
 from escher.backends.kubernetes._gc import collect_garbage
+from escher.cli import main as cli
 from escher.core.errors import (
     ConfigError,
     ConflictError,
@@ -66,7 +67,13 @@ def backend(k8s_cluster: Any) -> Iterator[KubernetesBackend]:
         yield instance
     finally:
         escher.shutdown()
-        collect_garbage(instance.api, instance.names, node_selector=f"{POOL_LABEL}=extra")
+        collect_garbage(
+            instance.api,
+            instance.names,
+            namespace="default",
+            node_selector=f"{POOL_LABEL}=extra",
+            everything=True,
+        )
 
 
 # --- set_resource -----------------------------------------------------------------------
@@ -75,7 +82,8 @@ def test_capacity_and_allocatable_both_set_and_marked(k8s_cluster: Any, backend:
     assert backend.set_resource(label, 3, NODE) == (NODE,)
     assert capacity(k8s_cluster, NODE)[f"escher.io/{label}"] == "3"
     assert allocatable(k8s_cluster, NODE)[f"escher.io/{label}"] == "3"
-    assert annotations(k8s_cluster, NODE)[f"ephemeral.escher.io/{label}"] == backend.session
+    mark = annotations(k8s_cluster, NODE)[f"ephemeral.escher.io/{label}"]
+    assert mark == f"default/{backend.session_id}"  # namespace of its lease / session
     node = backend.get_cluster_state().node(NODE)
     assert node.total[label] == 3 and label in node.ephemeral
     assert node.total["CPU"] == 4 and "CPU" not in node.ephemeral
@@ -211,36 +219,53 @@ def test_unknown_and_ineligible_nodes(k8s_cluster: Any, backend: Any) -> None:
 
 
 # --- gc -------------------------------------------------------------------------------
+def gc(*args: str) -> Any:
+    return CliRunner().invoke(cli, ["gc", *args])
+
+
 def test_gc_removes_only_what_escher_created(k8s_cluster: Any, backend: Any) -> None:
     mine, foreign = fresh("mine"), fresh("foreign")
     backend.set_resource(mine, 2, NODE)
     backend.set_resource(mine, 1, OTHER)
     raw_patch(k8s_cluster, NODE, f"escher.io/{foreign}", "7")  # same domain, not ours
     raw_patch(k8s_cluster, NODE, "example.com/dongle", "1")
+    kube = ["--kubeconfig", k8s_cluster.kubeconfig]
     try:
         with pytest.raises(ReservedResourceError, match="did not create"):
             backend.set_resource(foreign, 3, NODE)
         with pytest.raises(ReservedResourceError):
             backend.set_resource(foreign, 0, NODE)
-        result = CliRunner().invoke(
-            gc, ["--kubeconfig", k8s_cluster.kubeconfig, "--dry-run", "--label", mine]
-        )
+        # The session is alive: gc keeps its labels and says so.
+        result = gc(*kube, "--label", mine)
         assert result.exit_code == 0, result.output
-        assert f"would remove escher.io/{mine} from node {NODE}" in result.output
+        assert f"kept label {mine} on node {NODE}" in result.output
+        assert allocatable(k8s_cluster, NODE)[f"escher.io/{mine}"] == "2"
+        result = gc(*kube, "--dry-run", "--all-sessions", "--label", mine)
+        assert result.exit_code == 0, result.output
+        assert f"would remove label {mine} on node {NODE}" in result.output
         assert allocatable(k8s_cluster, NODE)[f"escher.io/{mine}"] == "2"  # dry run
-        result = CliRunner().invoke(gc, ["--kubeconfig", k8s_cluster.kubeconfig])
+        result = gc(*kube, "--all-sessions", "--label", mine, "--format", "json")
         assert result.exit_code == 0, result.output
-        assert f"removed escher.io/{mine} from node {OTHER}" in result.output
+        assert f"label {mine} on node {OTHER}" in json.loads(result.stdout)["removed"]
         alloc = allocatable(k8s_cluster, NODE)
         assert f"escher.io/{mine}" not in alloc
         assert f"escher.io/{mine}" not in allocatable(k8s_cluster, OTHER)
         assert alloc[f"escher.io/{foreign}"] == "7" and alloc["example.com/dongle"] == "1"
-        assert not any(k.startswith("ephemeral.escher.io/") for k in annotations(k8s_cluster, NODE))
+        assert f"ephemeral.escher.io/{mine}" not in annotations(k8s_cluster, NODE)
         # The foreign one under escher's domain is still visible to escher, by its label.
         assert backend.get_cluster_state().node(NODE).total[foreign] == 7
     finally:
         raw_patch(k8s_cluster, NODE, f"escher.io/{foreign}", None)
         raw_patch(k8s_cluster, NODE, "example.com/dongle", None)
+
+
+def test_gc_options_are_checked(k8s_cluster: Any) -> None:
+    result = gc("--backend", "memory", "--kubeconfig", k8s_cluster.kubeconfig)
+    assert result.exit_code == 3 and "--backend kubernetes" in result.stderr
+    result = gc("--backend", "memory", "--label", "x")
+    assert result.exit_code == 3 and "--label" in result.stderr
+    result = gc("--backend", "memory", "--format", "json")
+    assert result.exit_code == 0 and json.loads(result.stdout)["removed"] == []
 
 
 # --- tasks ----------------------------------------------------------------------------
