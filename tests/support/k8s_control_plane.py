@@ -359,6 +359,40 @@ class ControlPlane:
             shutil.rmtree(self.workdir / "etcd-data", ignore_errors=True)
         _LIVE.discard(self)
 
+    def restart(self, component: str, down_seconds: float = 0.0) -> None:
+        """Stop one process (SIGTERM, then SIGKILL) and start it again: same ports, same data.
+
+        ``component`` is ``"etcd"``, ``"kube-apiserver"`` or ``"kube-scheduler"``; it stays
+        down for ``down_seconds``. Returns once it is healthy again. For fault tests.
+        """
+        starts = {
+            "etcd": self._start_etcd,
+            "kube-apiserver": self._start_apiserver,
+            "kube-scheduler": self._start_scheduler,
+        }
+        if component not in starts or component not in self._procs:
+            raise ControlPlaneError(f"no running {component!r} to restart")
+        p = self._procs.pop(component)
+        p.terminate()
+        try:
+            p.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(timeout=15)
+        log = self._logs.pop(component, None)
+        if log is not None:
+            log.close()
+        time.sleep(max(0.0, down_seconds))
+        starts[component]()
+
+    def restart_apiserver(self, down_seconds: float = 0.0) -> None:
+        """Restart kube-apiserver (see `restart`)."""
+        self.restart("kube-apiserver", down_seconds)
+
+    def restart_etcd(self, down_seconds: float = 0.0) -> None:
+        """Restart etcd under a running kube-apiserver (see `restart`)."""
+        self.restart("etcd", down_seconds)
+
     def cleanup(self) -> None:
         """stop() and delete the whole workdir (including logs) if we created it."""
         self.stop()
