@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import importlib.util
 
-pytest_plugins = ["tests.support.ray_cluster"]
+#: Shared fixtures: one Ray cluster, and `k8s_cluster` (one control plane for the backend's
+#: and the chaos tests).
+pytest_plugins = ["tests.support.ray_cluster", "tests.support.k8s_fixture"]
 
 _EXTRAS = {
     "kubernetes": ("backends/kubernetes/*.py", "escher-sched[k8s]"),
