@@ -18,6 +18,7 @@ from typing import Any
 from escher.backends.kubernetes._errors import as_escher
 from escher.backends.kubernetes._kube import ApiException, KubeApi
 from escher.backends.kubernetes._names import MANAGED_BY_KEY, MANAGED_BY_VALUE, Names
+from escher.backends.kubernetes._retry import patiently
 
 log = logging.getLogger("escher.kubernetes")
 
@@ -93,6 +94,8 @@ class SessionLease:
         self.name = lease_name(session)
         self._lease_seconds = lease_seconds
         self._renew_seconds = renew_seconds
+        #: Seconds the first creation retries while the API server gives no answer.
+        self.patience = 60.0
         self._lock = threading.Lock()
         self._held = False
         self._stop = threading.Event()
@@ -128,7 +131,11 @@ class SessionLease:
                 },
             }
             try:
-                self._api.create_lease(self.namespace, body)
+                patiently(
+                    lambda: self._api.create_lease(self.namespace, body),
+                    self.patience,
+                    f"creating lease {self.name}",
+                )
             except ApiException as exc:
                 if exc.status != 409:  # 409: created by an earlier try that timed out
                     raise as_escher(exc, f"creating the session lease {self.name}") from None

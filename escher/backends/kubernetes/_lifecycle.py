@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from escher.backends.kubernetes._errors import as_escher
-from escher.backends.kubernetes._kube import KubeApi
+from escher.backends.kubernetes._kube import ApiException, KubeApi
 from escher.backends.kubernetes._names import MANAGED_BY_KEY, MANAGED_BY_VALUE, Names
 from escher.backends.kubernetes._payload import TASK_ENV, decode_outcome, encode_task
 from escher.backends.kubernetes._pipeline import Pipeline
@@ -27,6 +27,7 @@ from escher.backends.kubernetes._pods import (
     node_selector_env,
     pod_name,
 )
+from escher.backends.kubernetes._retry import patiently
 from escher.backends.kubernetes._state import NodeRecord
 from escher.backends.kubernetes._tracker import PodTracker
 from escher.core.errors import ConfigError, EscherError, NodeDiedError, TaskFailedError
@@ -103,6 +104,7 @@ class PodLifecycle:
         node_lost_after: Seconds a node may stay not Ready before its pods count as lost.
         create_workers: Pod creates in flight at once.
         create_depth: Pod creates queued or in flight before `submit` waits.
+        patience: Seconds calls retry while the API server gives no answer.
     """
 
     def __init__(
@@ -116,6 +118,7 @@ class PodLifecycle:
         node_lost_after: float = 30.0,
         create_workers: int = 8,
         create_depth: int = 256,
+        patience: float = 60.0,
     ) -> None:
         self._api = api
         self._names = names
@@ -131,6 +134,7 @@ class PodLifecycle:
         self._stop = threading.Event()
         self._not_ready_since: dict[str, float] = {}
         self._pipeline = Pipeline(create_workers, create_depth)
+        self._patience = patience
         self.closed = False
 
     # --- launching ----------------------------------------------------------------------------
@@ -211,7 +215,11 @@ class PodLifecycle:
                 self._forget(name)
                 return
         try:
-            created = self._api.create_pod(self.options.namespace, manifest)
+            created = patiently(
+                lambda: self._create_or_adopt(task, name, manifest),
+                self._patience,
+                f"creating pod {name}",
+            )
         except Exception as exc:
             self._forget(name)
             if task.ref.set_exception(as_escher(exc, f"creating pod {name}")):
@@ -226,9 +234,27 @@ class PodLifecycle:
         if cancelled:  # cancelled while the create was in flight: the cancel missed it
             self._delete_quietly(name, uid)
 
+    def _create_or_adopt(self, task: _Task, name: str, manifest: dict[str, Any]) -> dict[str, Any]:
+        """Create the pod; if an earlier try created it already (409), that one is it."""
+        namespace = self.options.namespace
+        try:
+            return self._api.create_pod(namespace, manifest)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            pods, _ = self._api.list_pods(namespace, f"{self._names.domain}/task={task.ref.id}")
+            mine = [p for p in pods if p["metadata"]["name"] == name]
+            if not mine:
+                raise
+            return mine[0]
+
     def _delete_quietly(self, name: str, uid: str) -> None:
         try:
-            self._api.delete_pod(self.options.namespace, name, uid)
+            patiently(
+                lambda: self._api.delete_pod(self.options.namespace, name, uid),
+                self._patience,
+                f"deleting pod {name}",
+            )
         except Exception as exc:
             log.warning("could not delete pod %s: %s", name, exc)
 
@@ -241,6 +267,9 @@ class PodLifecycle:
                     f"{MANAGED_BY_KEY}={MANAGED_BY_VALUE},{self._names.session_label}="
                     f"{self.options.session}",
                     self._on_pod,
+                    known=self._created_pods,
+                    on_gone=self._on_gone,
+                    patience=self._patience,
                 )
                 if self._node_check_seconds > 0:
                     self._monitor = threading.Thread(
@@ -292,6 +321,16 @@ class PodLifecycle:
         reason = _unschedulable_reason(status)
         if reason is not None:
             ref.set_status(Status(StatusCode.UNSCHEDULABLE, reason))
+
+    def _created_pods(self) -> set[str]:
+        """Names of the live pods whose create returned (they must be in a full list)."""
+        with self._lock:
+            return {name for name, task in self._tasks.items() if task.uid and task.pod == name}
+
+    def _on_gone(self, before: set[str], present: set[str]) -> None:
+        """Pods that vanished while the watch could not see: as if deleted then."""
+        for name in sorted(before - present):
+            self._on_pod("DELETED", {"metadata": {"name": name}, "status": {}})
 
     def _forget(self, name: str) -> None:
         with self._lock:

@@ -19,6 +19,7 @@ from typing import Any
 from escher.backends.kubernetes._errors import api_error, as_escher, message, unreachable
 from escher.backends.kubernetes._kube import ApiException, KubeApi
 from escher.backends.kubernetes._names import Names, format_quantity
+from escher.backends.kubernetes._retry import patiently, pause, transient
 from escher.backends.kubernetes._state import NodeRecord, Usage, build_state, physical_fits
 from escher.core.cluster import ClusterState
 from escher.core.errors import (
@@ -112,6 +113,7 @@ class NodeStore:
         owner: The session id written into the annotation of every label this store sets.
         conflict_retries: Attempts after a write conflict on a node before ConflictError.
         writers: At most this many nodes are written at once.
+        patience: Seconds calls retry while the API server gives no answer.
     """
 
     def __init__(
@@ -124,6 +126,7 @@ class NodeStore:
         owner: str,
         conflict_retries: int,
         writers: int = 16,
+        patience: float = 60.0,
     ) -> None:
         self._api = api
         self._names = names
@@ -133,6 +136,7 @@ class NodeStore:
         self._owner = owner
         self._conflict_retries = conflict_retries
         self._writers = writers
+        self._patience = patience
         self._lock = threading.RLock()
         self._records: dict[str, NodeRecord] = {}
         self._node_locks: dict[str, threading.Lock] = {}
@@ -157,7 +161,9 @@ class NodeStore:
     def fetch(self, node: str) -> NodeRecord | None:
         """GET one node; None if it does not exist or is not eligible."""
         try:
-            rec = NodeRecord.parse(self._api.get_node(node))
+            rec = NodeRecord.parse(
+                patiently(lambda: self._api.get_node(node), self._patience, f"reading {node}")
+            )
         except ApiException as exc:
             if exc.status == 404:
                 with self._lock:
@@ -173,7 +179,11 @@ class NodeStore:
     def list_records(self) -> list[NodeRecord]:
         """LIST the eligible nodes (and refresh what the store remembers of them)."""
         try:
-            items = self._api.list_nodes(self._selector_text or None)
+            items = patiently(
+                lambda: self._api.list_nodes(self._selector_text or None),
+                self._patience,
+                "listing nodes",
+            )
         except Exception as exc:
             raise as_escher(exc, "listing nodes") from None
         records = [NodeRecord.parse(item) for item in items]
@@ -212,17 +222,20 @@ class NodeStore:
 
     def _bound_pods(self) -> list[dict[str, Any]]:
         try:
-            if self._all_namespaces:
-                try:
-                    return self._api.list_bound_pods()
-                except ApiException as exc:
-                    if exc.status != 403:
-                        raise
-                    self._all_namespaces = False
-            pods, _ = self._api.list_pods(self._namespace, field_selector=BOUND_PODS)
-            return pods
+            return patiently(self._list_bound_pods, self._patience, "listing pods")
         except Exception as exc:
             raise as_escher(exc, "listing pods") from None
+
+    def _list_bound_pods(self) -> list[dict[str, Any]]:
+        if self._all_namespaces:
+            try:
+                return self._api.list_bound_pods()
+            except ApiException as exc:
+                if exc.status != 403:
+                    raise
+                self._all_namespaces = False
+        pods, _ = self._api.list_pods(self._namespace, field_selector=BOUND_PODS)
+        return pods
 
     @property
     def counts_all_namespaces(self) -> bool:
@@ -302,12 +315,16 @@ class NodeStore:
     def write(self, node: str, capacities: Mapping[str, float]) -> None:
         """Set (> 0) or delete (0) every label of `capacities` on `node` in one patch.
 
-        Retries on write conflicts (a fresh read, then backoff). Raises before changing
-        anything if a label is node-defined (`ReservedResourceError`) or the node unknown.
+        Retries on write conflicts (a fresh read, then backoff) and, for up to `patience`
+        seconds, when the API server gave no answer (it re-reads the node first, so a patch
+        that did land is not sent twice). Raises before changing anything if a label is
+        node-defined (`ReservedResourceError`) or the node unknown.
         """
         with self._node_lock(node):
             rec, fresh = self.record(node), False
-            for attempt in range(self._conflict_retries + 1):
+            conflicts = outages = 0
+            deadline = time.monotonic() + self._patience
+            while True:
                 if rec is None:
                     raise self.unknown(node)
                 ops = patch_ops(rec, capacities, self._names, self._owner)
@@ -318,41 +335,59 @@ class NodeStore:
                     continue
                 try:
                     body = self._api.json_patch_node_status(node, [self._test(rec), *ops])
-                except ApiException as exc:
-                    rec = self._after_refusal(exc, node, rec, capacities)
-                    fresh = True
-                    if attempt > 0:  # the first retry follows a fresh read: no wait
-                        self._backoff(attempt)
-                    continue
                 except Exception as exc:
-                    raise unreachable(exc) from None
+                    if transient(exc) and time.monotonic() < deadline:
+                        pause(outages)  # did it land? read again, then decide
+                        outages += 1
+                    else:
+                        conflicts += 1
+                        self._conflicted(exc, node, rec, capacities, conflicts)
+                    rec, fresh = self.fetch(node), True
+                    continue
                 self._remember(NodeRecord.parse(body))
                 return
-        labels = ", ".join(sorted(self._names.resource(label) for label in capacities))
-        raise ConflictError(
-            f"node {node!r} kept changing while escher set {labels}: "
-            f"{self._conflict_retries + 1} attempts conflicted. Nothing was changed by the "
-            "failed attempts; retry the call."
-        )
+
+    def _conflicted(
+        self,
+        exc: Exception,
+        node: str,
+        rec: NodeRecord,
+        capacities: Mapping[str, float],
+        conflicts: int,
+    ) -> None:
+        """A refused patch: return to retry after a conflict, raise on anything else."""
+        if not isinstance(exc, ApiException):
+            raise unreachable(exc) from None
+        self._after_refusal(exc, node, rec, capacities)
+        if conflicts > self._conflict_retries:
+            labels = ", ".join(sorted(self._names.resource(label) for label in capacities))
+            raise ConflictError(
+                f"node {node!r} kept changing while escher set {labels}: "
+                f"{conflicts} attempts conflicted. Nothing was changed by the failed "
+                "attempts; retry the call."
+            )
+        if conflicts > 1:  # the first retry follows a fresh read: no wait
+            self._backoff(conflicts - 1)
 
     def _after_refusal(
         self, exc: ApiException, node: str, rec: NodeRecord, capacities: Mapping[str, float]
-    ) -> NodeRecord | None:
-        """Handle a refused patch: re-read the node on a conflict, raise on anything else."""
+    ) -> None:
+        """A refused patch: count a conflict, raise on anything else."""
         if exc.status == 404:
+            with self._lock:
+                self._records.pop(node, None)
             raise self.unknown(node) from None
         if exc.status not in (409, 422):
             raise api_error(exc, f"patching node {node!r}") from None
-        tested = rec.resource_version
-        fresh = self.fetch(node)
         with self._lock:
             self.conflicts += 1
-        if exc.status == 422 and fresh is not None and fresh.resource_version == tested:
-            wanted = ", ".join(f"{k}={v:g}" for k, v in sorted(capacities.items()))
-            raise BackendError(
-                f"the API rejected {wanted} on node {node!r}: {message(exc)}"
-            ) from None
-        return fresh
+        if exc.status == 422:  # a failed test op, or a patch the server rejects
+            fresh = self.fetch(node)
+            if fresh is not None and fresh.resource_version == rec.resource_version:
+                wanted = ", ".join(f"{k}={v:g}" for k, v in sorted(capacities.items()))
+                raise BackendError(
+                    f"the API rejected {wanted} on node {node!r}: {message(exc)}"
+                ) from None
 
     @staticmethod
     def _test(rec: NodeRecord) -> dict[str, Any]:

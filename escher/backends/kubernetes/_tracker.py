@@ -1,8 +1,11 @@
 """One watcher thread per backend: pod events -> task handles.
 
-It lists the session's pods, then watches from that resourceVersion (re-listing after a
-410 Gone or a dropped connection), and hands every pod object to a callback. Finished pods
-are deleted by a second, small cleanup thread so the watch never waits on a DELETE.
+It lists the session's pods, then watches from that resourceVersion. A watch that ends or
+breaks (the API server restarted, the connection dropped) resumes from the last
+resourceVersion it saw; only a 410 Gone (that version is older than the server keeps) makes
+it list again, and then pods that vanished in the gap are reported as deleted (`on_gone`).
+Finished pods are deleted by a second, small cleanup thread so the watch never waits on a
+DELETE; a deletion the server could not take is tried again.
 """
 
 from __future__ import annotations
@@ -15,10 +18,12 @@ from collections.abc import Callable
 from typing import Any
 
 from escher.backends.kubernetes._kube import ApiException, KubeApi
+from escher.backends.kubernetes._retry import patiently, pause
 
 log = logging.getLogger("escher.kubernetes")
 
 PodCallback = Callable[[str, dict[str, Any]], None]
+GoneCallback = Callable[[set[str], set[str]], None]
 
 
 class PodTracker:
@@ -31,12 +36,23 @@ class PodTracker:
         label_selector: str,
         on_event: PodCallback,
         watch_seconds: int = 30,
+        *,
+        known: Callable[[], set[str]] | None = None,
+        on_gone: GoneCallback | None = None,
+        patience: float = 60.0,
     ) -> None:
         self._api = api
         self._namespace = namespace
         self._selector = label_selector
         self._on_event = on_event
         self._watch_seconds = watch_seconds
+        self._known = known
+        self._patience = patience
+        self._on_gone = on_gone
+        #: How often the pods were listed (1 + the relists after 410 Gone), for tests.
+        self.lists = 0
+        #: How often a broken watch resumed from its resourceVersion, for tests.
+        self.resumes = 0
         self._stop = threading.Event()
         self._started = threading.Event()
         self._lock = threading.Lock()
@@ -80,22 +96,50 @@ class PodTracker:
         self._response = response
 
     def _run(self) -> None:
+        version: str | None = None
+        failures = 0
         while not self._stop.is_set():
             try:
-                pods, version = self._api.list_pods(self._namespace, self._selector)
-                for pod in pods:
-                    self._dispatch("ADDED", pod)
-                self._started.set()
-                while not self._stop.is_set():
-                    version = self._watch(version)
+                if version is None:
+                    version = self._list()
+                    self._started.set()
+                version = self._watch(version)
+                failures = 0
             except ApiException as exc:
-                if exc.status != 410 and not self._stop.is_set():
-                    log.warning("pod watch failed (%s); listing again", exc.status)
+                if exc.status == 410:
+                    version = None  # too old for the server: list again
+                    continue
+                failures = self._failed(exc.status, failures, version is not None)
             except Exception as exc:
-                if not self._stop.is_set():
-                    log.warning("pod watch interrupted (%s); listing again", exc)
-            self._started.set()
-            self._stop.wait(0.2)
+                failures = self._failed(exc, failures, version is not None)
+
+    def _failed(self, what: object, failures: int, resuming: bool) -> int:
+        """Log (once per outage), pause before the next try; the count of failures so far."""
+        if self._stop.is_set():
+            return failures
+        if failures == 0:
+            then = "resuming from the last resourceVersion" if resuming else "listing again"
+            log.warning("pod watch interrupted (%s); %s", what, then)
+        if resuming:
+            self.resumes += 1
+        self._started.set()
+        pause(failures, self._stop)
+        return failures + 1
+
+    def _list(self) -> str:
+        """List the pods, hand each over, report those gone since; the list's version."""
+        before = self._known() if self._known is not None else set()
+        pods, version = self._api.list_pods(self._namespace, self._selector)
+        self.lists += 1
+        for pod in pods:
+            self._dispatch("ADDED", pod)
+        present = {str((pod.get("metadata") or {}).get("name", "")) for pod in pods}
+        if self._on_gone is not None and before - present:
+            try:
+                self._on_gone(before, present)
+            except Exception:
+                log.exception("handling pods gone during a relist failed")
+        return version
 
     def _watch(self, version: str) -> str:
         for event in self._api.watch_pods(
@@ -127,8 +171,14 @@ class PodTracker:
             item = self._deletions.get()
             if item is None:
                 return
-            name, uid = item
-            try:
-                self._api.delete_pod(self._namespace, name, uid)
-            except Exception as exc:
-                log.warning("could not delete finished pod %s: %s", name, exc)
+            self._delete(*item)
+
+    def _delete(self, name: str, uid: str) -> None:
+        try:
+            patiently(
+                lambda: self._api.delete_pod(self._namespace, name, uid),
+                self._patience,
+                f"deleting pod {name}",
+            )
+        except Exception as exc:
+            log.warning("could not delete finished pod %s: %s", name, exc)

@@ -102,6 +102,8 @@ class KubernetesBackend(Backend):
         lease_seconds: A session whose lease was not renewed for this long is dead, and
             `escher gc` removes what it left.
         renew_seconds: How often the session's lease is renewed.
+        api_patience: Seconds a call waits (retrying) for an API server that gives no
+            answer, e.g. while it restarts, before BackendUnavailableError.
     """
 
     name = "kubernetes"
@@ -127,6 +129,7 @@ class KubernetesBackend(Backend):
         session_id: str | None = None,
         lease_seconds: int = 60,
         renew_seconds: float = 10.0,
+        api_patience: float = 60.0,
     ) -> None:
         self._names = Names(validate_domain(domain))
         _check_options(
@@ -137,6 +140,7 @@ class KubernetesBackend(Backend):
                 "node_check_seconds": node_check_seconds,
                 "node_lost_after": node_lost_after,
                 "renew_seconds": renew_seconds,
+                "api_patience": api_patience,
             },
         )
         if isinstance(image_pull_secrets, str) or not all(
@@ -165,6 +169,8 @@ class KubernetesBackend(Backend):
                 renew_seconds=renew_seconds,
             )
         )
+        if self._lease is not None:
+            self._lease.patience = api_patience
         self._nodes = NodeStore(
             self._api,
             self._names,
@@ -172,6 +178,7 @@ class KubernetesBackend(Backend):
             namespace=namespace,
             owner=owner_mark(namespace, self.session_id),
             conflict_retries=conflict_retries,
+            patience=api_patience,
         )
         self._pods = PodLifecycle(
             self._api,
@@ -188,6 +195,7 @@ class KubernetesBackend(Backend):
             lost_nodes=self._nodes.lost,
             node_check_seconds=node_check_seconds,
             node_lost_after=node_lost_after,
+            patience=api_patience,
         )
 
     @property
