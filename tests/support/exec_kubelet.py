@@ -195,8 +195,13 @@ class ExecKubelet(FakeKubelet):
         if self._stop.is_set():
             return
         message = message_path.read_bytes()[:TERMINATION_LIMIT].decode(errors="replace")
-        with contextlib.suppress(Exception):
-            self._terminate(pod, code, message)
+        for _ in range(120):  # a kubelet keeps reporting while the apiserver restarts
+            try:
+                self._terminate(pod, code, message)
+                return
+            except Exception:
+                if self._stop.wait(0.5):
+                    return
 
     def _kill(self, uid: str) -> None:
         with self._proc_lock:

@@ -955,6 +955,7 @@ class FakeKubelet:
         self._heap: list[tuple[float, int, str, str, str, str]] = []
         self._seq = 0
         self._planned: set[tuple[str, str]] = set()  # (uid, action)
+        self._retries: dict[tuple[str, str], int] = {}  # (uid, action) -> failed tries
         self._threads: list[threading.Thread] = []
         self.errors: list[BaseException] = []
         self.transitions: list[tuple[str, str, str]] = []  # (namespace/name, phase, iso time)
@@ -1090,6 +1091,19 @@ class FakeKubelet:
             except Exception as e:
                 if not self._stop.is_set():
                     self.errors.append(e)
+                    self._retry_later(item)
+
+    def _retry_later(self, item: tuple[float, int, str, str, str, str]) -> None:
+        """A kubelet keeps trying: an action that failed (the apiserver restarting) runs again."""
+        _, _, action, ns, name, uid = item
+        tries = self._retries.get((uid, action), 0) + 1
+        if tries > 120:  # about a minute
+            return
+        self._retries[(uid, action)] = tries
+        with self._cv:
+            self._seq += 1
+            heapq.heappush(self._heap, (time.monotonic() + 0.5, self._seq, action, ns, name, uid))
+            self._cv.notify_all()
 
     def _apply(self, action: str, ns: str, name: str, uid: str) -> None:
         from kubernetes import client
