@@ -497,6 +497,13 @@ class PodLifecycle:
         with task.lock:
             return task.pod, task.uid, task.node
 
+    def watch_stats(self) -> dict[str, int]:
+        """How often the pod watch listed (first list and relists after 410 Gone) and resumed."""
+        tracker = self._tracker
+        if tracker is None:
+            return {"lists": 0, "resumes": 0}
+        return {"lists": tracker.lists, "resumes": tracker.resumes}
+
     def close(self) -> None:
         """Cancel tasks whose pods have not started, fail the running ones, stop watching.
 

@@ -8,6 +8,7 @@ name those resources. The backend composes two parts with one job each: a `NodeS
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -27,6 +28,8 @@ from escher.core.context import current_task
 from escher.core.errors import BackendError, ConfigError, UnschedulableError
 from escher.core.nodespec import NodeSpec
 from escher.core.task import Status, StatusCode, TaskRef, TaskSpec, task_error
+
+log = logging.getLogger("escher.kubernetes")
 
 SESSION_RE = re.compile(r"[a-z0-9]{1,40}")
 
@@ -53,6 +56,18 @@ def _check_options(
     for name, value in seconds.items():
         if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
             raise ConfigError(f"{name} must be a number of seconds >= 0, got {value!r}.")
+
+
+def _event_time(event: Mapping[str, Any]) -> str:
+    """When an event last happened (RFC 3339 strings sort in time order)."""
+    series = event.get("series") or {}
+    return str(
+        series.get("lastObservedTime")
+        or event.get("lastTimestamp")
+        or event.get("eventTime")
+        or (event.get("metadata") or {}).get("creationTimestamp")
+        or ""
+    )
 
 
 def _check_session(session_id: object, lease_seconds: object, renew_seconds: object) -> None:
@@ -300,9 +315,51 @@ class KubernetesBackend(Backend):
             dry_run=dry_run,
         )
 
+    def describe_task(self, ref: TaskRef) -> dict[str, Any]:
+        """Kubernetes' facts about a task of this backend.
+
+        Keys: "namespace"; "pod" (its current attempt's pod, None once the task is final);
+        "node" (where that pod is bound, else where the task last ran, else None); and
+        "scheduler_message": kube-scheduler's own message of the pod's last
+        FailedScheduling event (None if it has none, e.g. once bound), read with one LIST
+        of that pod's events.
+        """
+        facts: dict[str, Any] = {
+            "namespace": self.namespace,
+            "pod": None,
+            "node": ref.node_id,
+            "scheduler_message": None,
+        }
+        current = self._pods.pod_of(ref)
+        if current is None:
+            return facts
+        pod, uid, node = current
+        facts.update(pod=pod, node=node or ref.node_id)
+        if not node:
+            facts["scheduler_message"] = self._scheduler_message(pod, uid)
+        return facts
+
+    def _scheduler_message(self, pod: str, uid: str) -> str | None:
+        selector = f"involvedObject.kind=Pod,involvedObject.name={pod},reason=FailedScheduling"
+        try:
+            events = self._api.list_events(self.namespace, selector)
+        except Exception as exc:
+            log.debug("cannot read the events of pod %s: %s", pod, exc)
+            return None
+        mine = [e for e in events if not uid or (e.get("involvedObject") or {}).get("uid") == uid]
+        if not mine:
+            return None
+        last = max(mine, key=_event_time)
+        return str(last.get("message") or "") or None
+
     def describe(self) -> dict[str, Any]:
         facts = super().describe()
-        facts.update(namespace=self.namespace, domain=self._names.domain)
+        facts.update(
+            namespace=self.namespace,
+            domain=self._names.domain,
+            session=self.session_id,
+            pod_watch=self._pods.watch_stats(),
+        )
         if self.node_selector:
             facts["node_selector"] = dict(self.node_selector)
         return facts

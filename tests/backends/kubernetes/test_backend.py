@@ -274,7 +274,25 @@ def test_failed_scheduling_reason_is_surfaced(k8s_cluster: Any, backend: Any) ->
     ref = backend.launch(TaskSpec(_tasks.env_node, resources=Resources({label: 1})))
     assert wait_until(lambda: ref.status.code is StatusCode.UNSCHEDULABLE, timeout=WAIT)
     assert f"Insufficient escher.io/{label}" in ref.status.reason
+    facts = backend.describe_task(ref)
+    assert facts["namespace"] == "default" and facts["node"] is None
+    assert facts["pod"].startswith("escher-env-node-")
+    assert wait_until(lambda: backend.describe_task(ref)["scheduler_message"], timeout=WAIT)
+    message = backend.describe_task(ref)["scheduler_message"]  # the scheduler's own event
+    assert f"Insufficient escher.io/{label}" in message and "nodes are available" in message
     assert ref.state is TaskState.PENDING and ref.cancel() is True
+    assert backend.describe_task(ref)["pod"] is None  # final: no current pod
+
+
+def test_describe_task_of_a_bound_task(k8s_cluster: Any, backend: Any) -> None:
+    label = fresh()
+    backend.set_resource(label, 1, NODE)
+    ref = backend.launch(TaskSpec(_tasks.sleep_then_node, (2.0,), resources=Resources({label: 1})))
+    assert wait_until(lambda: backend.describe_task(ref)["node"] == NODE, timeout=WAIT)
+    facts = backend.describe_task(ref)
+    assert facts["scheduler_message"] is None and facts["pod"]
+    assert ref.result(WAIT) == NODE
+    assert backend.describe_task(ref)["node"] == NODE
 
 
 def test_pod_requests_equal_limits_and_downward_api(k8s_cluster: Any, backend: Any) -> None:
