@@ -119,6 +119,8 @@ class KubernetesBackend(Backend):
         renew_seconds: How often the session's lease is renewed.
         api_patience: Seconds a call waits (retrying) for an API server that gives no
             answer, e.g. while it restarts, before BackendUnavailableError.
+        creates_in_flight: Pod creates sent at once (`launch` returns before its pod is
+            created; pods asking for the same labels are created in launch order).
     """
 
     name = "kubernetes"
@@ -145,6 +147,7 @@ class KubernetesBackend(Backend):
         lease_seconds: int = 60,
         renew_seconds: float = 10.0,
         api_patience: float = 60.0,
+        creates_in_flight: int = 8,
     ) -> None:
         self._names = Names(validate_domain(domain))
         _check_options(
@@ -163,6 +166,12 @@ class KubernetesBackend(Backend):
         ):
             raise ConfigError("image_pull_secrets must be a list of Secret names.")
         _check_session(session_id, lease_seconds, renew_seconds)
+        if (
+            isinstance(creates_in_flight, bool)
+            or not isinstance(creates_in_flight, int)
+            or creates_in_flight < 1
+        ):
+            raise ConfigError(f"creates_in_flight must be an int >= 1, got {creates_in_flight!r}.")
         if session_id is not None:
             self.session_id = session_id
         self.namespace = namespace
@@ -211,6 +220,7 @@ class KubernetesBackend(Backend):
             node_check_seconds=node_check_seconds,
             node_lost_after=node_lost_after,
             patience=api_patience,
+            create_workers=creates_in_flight,
         )
 
     @property
