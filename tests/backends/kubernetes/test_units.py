@@ -189,3 +189,91 @@ def test_patch_ops_refuse_a_foreign_resource_under_the_domain() -> None:
     for value in (0.0, 2.0):
         with pytest.raises(ReservedResourceError, match="did not create"):
             patch_ops(NodeRecord.parse(node), {"y": 1.0, "x": value}, Names(), "s1")
+
+
+# --- the create pipeline ------------------------------------------------------------------
+def test_pipeline_keeps_lane_order_and_bounds_what_is_queued() -> None:
+    import random
+    import threading
+    import time
+
+    from escher.backends.kubernetes._pipeline import Pipeline
+
+    done: dict[str, list[int]] = {"a": [], "b": [], "free": []}
+    running = {"now": 0, "peak": 0}
+    lock = threading.Lock()
+    rng = random.Random(3)
+
+    def job(lane: str, index: int) -> Any:
+        def run() -> None:
+            with lock:
+                running["now"] += 1
+                running["peak"] = max(running["peak"], running["now"])
+            time.sleep(rng.random() / 500)
+            with lock:
+                running["now"] -= 1
+                done[lane].append(index)
+
+        return run
+
+    pipeline = Pipeline(workers=4, depth=6)
+    for i in range(60):
+        lane = ("a", "b", "free")[i % 3]
+        pipeline.put(None if lane == "free" else lane, job(lane, i))
+    assert pipeline.drain(30)
+    pipeline.close()
+    assert done["a"] == sorted(done["a"]) and len(done["a"]) == 20  # in put order
+    assert done["b"] == sorted(done["b"]) and len(done["b"]) == 20
+    assert sorted(done["free"]) == list(range(2, 60, 3))
+    assert 1 < running["peak"] <= 4
+    with pytest.raises(RuntimeError):
+        pipeline.put(None, job("free", 99))
+
+
+def test_a_failing_job_does_not_stop_its_lane() -> None:
+    from escher.backends.kubernetes._pipeline import Pipeline
+
+    ran: list[int] = []
+
+    def fail() -> None:
+        raise ValueError("boom")
+
+    pipeline = Pipeline(workers=2, depth=4)
+    pipeline.put("x", fail)
+    pipeline.put("x", lambda: ran.append(1))
+    assert pipeline.drain(10) and ran == [1]
+    pipeline.close()
+
+
+# --- sessions -----------------------------------------------------------------------------
+def test_lease_liveness_and_owner_marks() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from escher.backends.kubernetes._lease import lease_alive, owner_mark, parse_owner
+
+    now = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+    renewed = (now - timedelta(seconds=30)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    lease = {"spec": {"renewTime": renewed, "leaseDurationSeconds": 60}}
+    assert lease_alive(lease, now)
+    assert not lease_alive(lease, now + timedelta(seconds=31))
+    assert not lease_alive({"spec": {"leaseDurationSeconds": 60}}, now)  # never renewed
+    assert parse_owner(owner_mark("batch", "abc123"), "default") == ("batch", "abc123")
+    assert parse_owner("abc123", "default") == ("default", "abc123")  # a bare id
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"session_id": "Not-A-Session!"},
+        {"lease_seconds": 0},
+        {"lease_seconds": 10, "renew_seconds": 10},
+        {"api_patience": -1},
+        {"node_check_seconds": "5"},
+        {"creates_in_flight": 0},
+    ],
+)
+def test_bad_options_are_refused_before_connecting(options: dict[str, Any]) -> None:
+    from escher.backends.kubernetes import KubernetesBackend
+
+    with pytest.raises(ConfigError):
+        KubernetesBackend(kubeconfig="/no/such/kubeconfig", **options)
