@@ -229,7 +229,8 @@ class PodLifecycle:
         with task.lock:
             task.uid = uid if task.pod == name else task.uid
             cancelled = task.cancelled
-            if not cancelled and task.pod == name and not task.node:
+            fresh = task.ref.status.code is StatusCode.PENDING  # no scheduler word yet
+            if not cancelled and task.pod == name and not task.node and fresh:
                 task.ref.set_status(Status(StatusCode.PENDING, f"pod {name} created"))
         if cancelled:  # cancelled while the create was in flight: the cancel missed it
             self._delete_quietly(name, uid)
