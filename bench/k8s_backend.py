@@ -130,18 +130,25 @@ class BindWatcher:
         _, version = self.api.list_pods(self.namespace)
         self._ready.set()
         while not self.done.is_set():
-            for event in self.api.watch_pods(self.namespace, "", version, 60):
-                obj = event.get("object") or {}
-                version = obj.get("metadata", {}).get("resourceVersion", version)
-                node = (obj.get("spec") or {}).get("nodeName")
-                name = obj.get("metadata", {}).get("name")
-                if node and name not in self.bound:
-                    self.bound[name] = node
-                    self.labels[name] = dict(obj.get("metadata", {}).get("labels") or {})
-                    self.last_bind = time.perf_counter()
-                    if len(self.bound) >= self.expected:
-                        self.done.set()
-                        return
+            try:
+                version = self._watch(version)
+            except Exception:  # a watch the server ended early: go on from the last version
+                time.sleep(0.05)
+
+    def _watch(self, version: str) -> str:
+        for event in self.api.watch_pods(self.namespace, "", version, 60):
+            obj = event.get("object") or {}
+            version = obj.get("metadata", {}).get("resourceVersion", version)
+            node = (obj.get("spec") or {}).get("nodeName")
+            name = obj.get("metadata", {}).get("name")
+            if node and name not in self.bound:
+                self.bound[name] = node
+                self.labels[name] = dict(obj.get("metadata", {}).get("labels") or {})
+                self.last_bind = time.perf_counter()
+                if len(self.bound) >= self.expected:
+                    self.done.set()
+                    return version
+        return version
 
 
 def _namespace(api: Any, name: str) -> None:
@@ -377,7 +384,7 @@ def escher_anti_affinity(
         task_group: dict[str, str] = {}
         for i in range(pods):
             group = names[i % groups]
-            spec = TaskSpec(None, image=image, command=[], name=f"aa-{i}",
+            spec = TaskSpec(None, image=image, command=["/pause"], name=f"aa-{i}",
                             resources=Resources(base) + requests[group])  # fmt: skip
             ref = policy[group].launch_spec(spec) if policy else backend.launch(spec)
             task_group[ref.id] = group
@@ -447,7 +454,7 @@ def escher_plain(cp: ControlPlane, kube: KubeApi, pods: int, **options: Any) -> 
         backend.get_cluster_state()  # connect and fill the node cache, as a session would
         run = Run(kube, namespace, pods)
         for i in range(pods):
-            backend.launch(TaskSpec(None, image=image, command=[], name=f"pod-{i}",
+            backend.launch(TaskSpec(None, image=image, command=["/pause"], name=f"pod-{i}",
                                     resources=request))  # fmt: skip
         run.submitted_now()
         result = run.finish()
@@ -455,6 +462,15 @@ def escher_plain(cp: ControlPlane, kube: KubeApi, pods: int, **options: Any) -> 
     finally:
         backend.close()
     return result
+
+
+def _progress(what: str, run: dict[str, Any]) -> None:
+    print(
+        f"  {what}: setup {run.get('setup_s', 0.0):.2f} s, submit {run['submit_s']:.2f} s, "
+        f"all bound {run['bind_all_s']:.2f} s, client CPU "
+        f"{run['client_cpu_ms_per_pod']:.2f} ms/pod" + ("" if run["ok"] else " (TIMED OUT)"),
+        flush=True,
+    )
 
 
 def _med(runs: list[dict[str, Any]], key: str) -> float:
@@ -473,9 +489,11 @@ def bench_scheduler_perf(cp: ControlPlane, nodes: int, pods: int, groups: int, r
     aa: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
     for _ in range(rounds):
         aa["native"].append(native_anti_affinity(cp, kube, pods, groups))
+        _progress("anti-affinity native", aa["native"][-1])
         for mode in kinds[1:]:
             time.sleep(1.0)
             aa[mode].append(escher_anti_affinity(cp, kube, pods, groups, mode))
+            _progress(f"anti-affinity {mode}", aa[mode][-1])
         time.sleep(1.0)
     print(f"\n3. Required anti-affinity, {groups} groups, {pods} pods on {nodes} nodes "
           f"(SchedulingPodAntiAffinity), median of {rounds} rounds")  # fmt: skip
@@ -502,10 +520,13 @@ def bench_scheduler_perf(cp: ControlPlane, nodes: int, pods: int, groups: int, r
     one: dict[str, list[dict[str, Any]]] = {"native": [], "escher": [], "escher-1": []}
     for _ in range(rounds):
         one["native"].append(native_plain(cp, kube, pods))
+        _progress("one client native", one["native"][-1])
         time.sleep(1.0)
         one["escher"].append(escher_plain(cp, kube, pods))
+        _progress("one client escher", one["escher"][-1])
         time.sleep(1.0)
         one["escher-1"].append(escher_plain(cp, kube, pods, creates_in_flight=1))
+        _progress("one client escher, 1 in flight", one["escher-1"][-1])
         time.sleep(1.0)
     print(f"\n4. One client submits {pods} pods (SchedulingBasic template) on {nodes} nodes, "
           f"median of {rounds} rounds")  # fmt: skip

@@ -299,10 +299,17 @@ def test_pod_requests_equal_limits_and_downward_api(k8s_cluster: Any, backend: A
     label = fresh()
     backend.set_resource(label, 1, OTHER)
     ref = backend.launch(TaskSpec(_tasks.env_node, resources=Resources({label: 1, "CPU": 0.5})))
-    pods = k8s_cluster.api.list_namespaced_pod(
-        k8s_cluster.namespace, label_selector=f"escher.io/task={ref.id}"
-    ).items
-    assert len(pods) == 1
+
+    def pods_of_task() -> list[Any]:
+        selector = f"escher.io/task={ref.id}"
+        return list(
+            k8s_cluster.api.list_namespaced_pod(
+                k8s_cluster.namespace, label_selector=selector
+            ).items
+        )
+
+    assert wait_until(lambda: len(pods_of_task()) == 1, timeout=WAIT)  # created by the pipeline
+    pods = pods_of_task()
     res = pods[0].spec.containers[0].resources
     assert res.requests[f"escher.io/{label}"] == res.limits[f"escher.io/{label}"] == "1"
     assert res.requests["cpu"] == "500m" and "cpu" not in (res.limits or {})
