@@ -156,9 +156,10 @@ DRIVER = textwrap.dedent(
     from escher.core.resources import Resources
     from escher.core.task import TaskSpec
 
-    kubeconfig, pool_label, pool, label, node_a, node_b = sys.argv[1:7]
-    b = KubernetesBackend(kubeconfig=kubeconfig, node_selector={pool_label: pool},
-                          image="none", lease_seconds=3, renew_seconds=1)
+    kubeconfig, namespace, pool_label, pool, label, node_a, node_b = sys.argv[1:8]
+    b = KubernetesBackend(kubeconfig=kubeconfig, namespace=namespace,
+                          node_selector={pool_label: pool}, image="none",
+                          lease_seconds=3, renew_seconds=1)
     b.set_resources({label: 2}, node_a)
     b.set_resource(label, 1, node_b)
     running = b.launch(TaskSpec(None, image="none", command=["sleep", "20"], name="crash-run"))
@@ -186,7 +187,7 @@ def _escher(*args: str) -> subprocess.CompletedProcess[str]:
 
 def _session_pods(cluster: Any, session: str) -> list[Any]:
     selector = f"escher.io/session={session}"
-    return list(cluster.api.list_namespaced_pod("default", label_selector=selector).items)
+    return list(cluster.api.list_namespaced_pod(cluster.namespace, label_selector=selector).items)
 
 
 def test_gc_after_a_driver_crash_removes_exactly_what_it_left(
@@ -197,7 +198,8 @@ def test_gc_after_a_driver_crash_removes_exactly_what_it_left(
     live = k8s_cluster.backend(POOL)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     driver = subprocess.Popen(
-        [sys.executable, "-c", DRIVER, k8s_cluster.kubeconfig, POOL_LABEL, POOL, dead_label, a, b],
+        [sys.executable, "-c", DRIVER, k8s_cluster.kubeconfig, k8s_cluster.namespace,
+         POOL_LABEL, POOL, dead_label, a, b],
         stdout=subprocess.PIPE, text=True, env=env, cwd=str(REPO),
     )  # fmt: skip
     try:
@@ -206,17 +208,20 @@ def test_gc_after_a_driver_crash_removes_exactly_what_it_left(
         live.set_resource(live_label, 1, a)
         never = Resources({live_label + "-never": 1})
         waiting = live.launch(TaskSpec(None, image="none", command=["true"], resources=never))
-        assert len(_session_pods(k8s_cluster, session)) == 2
+        assert wait_until(lambda: len(_session_pods(k8s_cluster, session)) == 2, timeout=WAIT)
+        where = ["--kubeconfig", k8s_cluster.kubeconfig, "--namespace", k8s_cluster.namespace]
         driver.send_signal(signal.SIGKILL)  # no close(): labels, pods and lease stay behind
         driver.wait(WAIT)
         # Its lease expires 3 s after the last renewal; until then gc keeps everything.
+        dead = f"label {dead_label} on node {a}"
         assert wait_until(
-            lambda: f"label {dead_label} on node {a}" in _escher("gc", "--dry-run", "--kubeconfig",
-                    k8s_cluster.kubeconfig, "--format", "json").stdout, timeout=WAIT,
-        )  # fmt: skip
-        result = _escher("gc", "--kubeconfig", k8s_cluster.kubeconfig, "--format", "json")
+            lambda: dead in _escher("gc", "--dry-run", *where, "--format", "json").stdout,
+            timeout=WAIT,
+        )
+        result = _escher("gc", *where, "--format", "json")
         assert result.returncode == 0, result.stderr
-        assert f"lease default/escher-session-{session} (expired)" in result.stdout
+        lease_gone = f"lease {k8s_cluster.namespace}/escher-session-{session} (expired)"
+        assert lease_gone in result.stdout
         for node in (a, b):
             capacity, allocatable = node_status(k8s_cluster, node)
             assert f"escher.io/{dead_label}" not in capacity
@@ -230,7 +235,8 @@ def test_gc_after_a_driver_crash_removes_exactly_what_it_left(
         from kubernetes import client
 
         leases = client.CoordinationV1Api(k8s_cluster.api.api_client)
-        lease = leases.read_namespaced_lease(f"escher-session-{live.session_id}", "default")
+        name = f"escher-session-{live.session_id}"
+        lease = leases.read_namespaced_lease(name, k8s_cluster.namespace)
         assert lease.spec.holder_identity == live.session_id
     finally:
         if driver.poll() is None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from escher.backends.base import Backend, Capability, GarbageReport

@@ -23,6 +23,7 @@ from tests.support.k8s_fixture import (
     IMAGE,
     POOL_LABEL,
     POOLS,
+    REPO,
     SKIP_REASON,
     K8sCluster,
     rbac_mode,
@@ -50,4 +51,13 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
             item.add_marker(pytest.mark.skip(reason="needs pip install 'escher-sched[k8s]'"))
 
 
-__all__ = ["AUTH_ENV", "IMAGE", "POOLS", "POOL_LABEL", "SKIP_REASON", "K8sCluster", "rbac_mode"]
+__all__ = [
+    "AUTH_ENV",
+    "IMAGE",
+    "POOLS",
+    "POOL_LABEL",
+    "REPO",
+    "SKIP_REASON",
+    "K8sCluster",
+    "rbac_mode",
+]

@@ -70,7 +70,7 @@ def backend(k8s_cluster: Any) -> Iterator[KubernetesBackend]:
         collect_garbage(
             instance.api,
             instance.names,
-            namespace="default",
+            namespace=k8s_cluster.namespace,
             node_selector=f"{POOL_LABEL}=extra",
             everything=True,
         )
@@ -83,7 +83,7 @@ def test_capacity_and_allocatable_both_set_and_marked(k8s_cluster: Any, backend:
     assert capacity(k8s_cluster, NODE)[f"escher.io/{label}"] == "3"
     assert allocatable(k8s_cluster, NODE)[f"escher.io/{label}"] == "3"
     mark = annotations(k8s_cluster, NODE)[f"ephemeral.escher.io/{label}"]
-    assert mark == f"default/{backend.session_id}"  # namespace of its lease / session
+    assert mark == f"{k8s_cluster.namespace}/{backend.session_id}"  # where its lease lives
     node = backend.get_cluster_state().node(NODE)
     assert node.total[label] == 3 and label in node.ephemeral
     assert node.total["CPU"] == 4 and "CPU" not in node.ephemeral
@@ -229,7 +229,7 @@ def test_gc_removes_only_what_escher_created(k8s_cluster: Any, backend: Any) -> 
     backend.set_resource(mine, 1, OTHER)
     raw_patch(k8s_cluster, NODE, f"escher.io/{foreign}", "7")  # same domain, not ours
     raw_patch(k8s_cluster, NODE, "example.com/dongle", "1")
-    kube = ["--kubeconfig", k8s_cluster.kubeconfig]
+    kube = ["--kubeconfig", k8s_cluster.kubeconfig, "--namespace", k8s_cluster.namespace]
     try:
         with pytest.raises(ReservedResourceError, match="did not create"):
             backend.set_resource(foreign, 3, NODE)
@@ -275,7 +275,7 @@ def test_failed_scheduling_reason_is_surfaced(k8s_cluster: Any, backend: Any) ->
     assert wait_until(lambda: ref.status.code is StatusCode.UNSCHEDULABLE, timeout=WAIT)
     assert f"Insufficient escher.io/{label}" in ref.status.reason
     facts = backend.describe_task(ref)
-    assert facts["namespace"] == "default" and facts["node"] is None
+    assert facts["namespace"] == k8s_cluster.namespace and facts["node"] is None
     assert facts["pod"].startswith("escher-env-node-")
     assert wait_until(lambda: backend.describe_task(ref)["scheduler_message"], timeout=WAIT)
     message = backend.describe_task(ref)["scheduler_message"]  # the scheduler's own event
