@@ -250,6 +250,8 @@ class PodLifecycle:
             return mine[0]
 
     def _delete_quietly(self, name: str, uid: str) -> None:
+        if not name:  # no pod yet
+            return
         try:
             patiently(
                 lambda: self._api.delete_pod(self.options.namespace, name, uid),
