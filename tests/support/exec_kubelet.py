@@ -72,6 +72,7 @@ class ExecKubelet(FakeKubelet):
         self._proc_lock = threading.Lock()
         self._tmp = Path(tempfile.mkdtemp(prefix="escher-exec-kubelet-"))
         self.executed: list[str] = []  # pod names whose command ran
+        self._started: set[str] = set()  # pod uids started: never twice (restartPolicy Never)
 
     def stop(self, timeout: float | None = None) -> None:
         super().stop(timeout)
@@ -95,8 +96,9 @@ class ExecKubelet(FakeKubelet):
         if pod.metadata.deletion_timestamp is not None:
             return
         with self._proc_lock:
-            if uid in self._procs:
+            if uid in self._started:  # e.g. a "run" repeated after an apiserver restart
                 return
+            self._started.add(uid)
         self._spawn(pod)
 
     # -- processes -------------------------------------------------------------------------
