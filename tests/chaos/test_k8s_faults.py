@@ -69,6 +69,7 @@ class Load:
         self.backend, self.nodes, self.tmp = backend, nodes, tmp
         self.labels = [f"churn-{uuid.uuid4().hex[:6]}-{i}" for i in range(3)]
         self.fixed = f"fixed-{uuid.uuid4().hex[:6]}"
+        self.tag = uuid.uuid4().hex[:6]  # task names unique to this run (the kubelet counts all)
         self.written: dict[str, dict[str, float]] = {}
         self.errors: list[BaseException] = []
         self.refs: list[Any] = []
@@ -97,7 +98,7 @@ class Load:
                 mark_ran,
                 (str(self.tmp), key),
                 resources=Resources({self.fixed: 1}),
-                name=f"chaos-{key}",
+                name=f"chaos-{self.tag}-{key}",
             )
             self.refs.append((key, self.backend.launch(spec)))
 
@@ -108,7 +109,7 @@ class Load:
             assert ref.result(WAIT) == key, ref
             assert ref.state is TaskState.FINISHED and ref.retries == 0
             assert (self.tmp / key).read_text() == "ran\n"  # its body ran exactly once
-            assert executed(cluster, f"chaos-{key}") == 1  # one pod: none created twice
+            assert executed(cluster, f"chaos-{self.tag}-{key}") == 1  # one pod, never two
         for node, caps in self.written.items():  # the last write of each node is there
             capacity, allocatable = node_status(cluster, node)
             for label, value in caps.items():

@@ -73,6 +73,8 @@ class _Task:
     node: str = ""
     running: bool = False
     cancelled: bool = False
+    #: The pod the watch has shown (a create repeated after it landed must not make another).
+    seen_pod: str = ""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -236,7 +238,11 @@ class PodLifecycle:
             self._delete_quietly(name, uid)
 
     def _create_or_adopt(self, task: _Task, name: str, manifest: dict[str, Any]) -> dict[str, Any]:
-        """Create the pod; if an earlier try created it already (409), that one is it."""
+        """Create the pod; if an earlier try created it already (409, or the watch showed
+        it: it may even have finished and been deleted), that one is it."""
+        with task.lock:
+            if task.seen_pod == name or task.ref.done() or task.cancelled or task.pod != name:
+                return {"metadata": {"name": name, "uid": task.uid}}
         namespace = self.options.namespace
         try:
             return self._api.create_pod(namespace, manifest)
@@ -295,6 +301,9 @@ class PodLifecycle:
         phase = status.get("phase")
         node = (pod.get("spec") or {}).get("nodeName") or ""
         with task.lock:
+            if task.pod == name:
+                task.seen_pod = name
+                task.uid = task.uid or str(meta.get("uid", ""))
             if task.pod != name or ref.done() or task.cancelled:
                 return
             task.node = node or task.node
