@@ -115,7 +115,8 @@ class Backend(ABC):
 
     #: Registry name.
     name: ClassVar[str] = "abstract"
-    #: What this backend offers beyond the required API.
+    #: What this backend offers beyond the required API. A flag may depend on the cluster
+    #: (e.g. Kubernetes gangs need scheduling gates): `supports` says what this object can do.
     capabilities: ClassVar[Capability] = Capability.NONE
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -268,13 +269,21 @@ class Backend(ABC):
     def _launch(self, spec: TaskSpec) -> TaskRef:
         """Queue a validated task and return its handle."""
 
+    def supports(self, capability: Capability) -> bool:
+        """Whether this backend object offers `capability` on the cluster it talks to.
+
+        The class's `capabilities` say what the backend can ever do; a backend whose
+        cluster may lack a feature narrows it here (the default: the class's flags).
+        """
+        return capability in self.capabilities
+
     def launch_gang(self, specs: Sequence[TaskSpec]) -> list[TaskRef]:
         """Place all of `specs` together or none of them (needs Capability.ATOMIC_GANG).
 
         Raises:
             UnsupportedError: the backend cannot place gangs atomically.
         """
-        if Capability.ATOMIC_GANG not in self.capabilities:
+        if not self.supports(Capability.ATOMIC_GANG):
             raise UnsupportedError(
                 f"the {self.name} backend has no atomic gang placement; use escher.esl.Gang, "
                 "which builds it from ephemeral resources."
@@ -363,7 +372,7 @@ class Backend(ABC):
 
         Backends extend the default with what a user needs to know (e.g. Ray's mode).
         """
-        flags = [flag.name for flag in Capability if flag and flag in self.capabilities]
+        flags = [flag.name for flag in Capability if flag and self.supports(flag)]
         return {"name": self.name, "capabilities": sorted(n for n in flags if n)}
 
     def collect_garbage(self, *, dry_run: bool = False) -> GarbageReport:

@@ -249,7 +249,7 @@ class Gang(ESL):
         super().__init__(backend, name=name)
         if mode not in ("auto", "ephemeral", "native"):
             raise ValidationError(f"mode must be 'auto', 'ephemeral' or 'native', got {mode!r}.")
-        native_ok = Capability.ATOMIC_GANG in self.backend.capabilities
+        native_ok = self.backend.supports(Capability.ATOMIC_GANG)
         if mode == "auto":
             mode = "native" if native_ok else "ephemeral"
         if mode == "native" and not native_ok:

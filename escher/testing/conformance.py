@@ -221,7 +221,7 @@ class BackendConformance:
 
     @staticmethod
     def needs(backend: Backend, capability: Capability) -> None:
-        if capability not in backend.capabilities:
+        if not backend.supports(capability):
             pytest.skip(f"{backend.name} lacks {capability}")
 
     # --- ephemeral resources ------------------------------------------------------------

@@ -339,7 +339,7 @@ class _Stress:
             churn = NodeChurn()
         self.churn = churn if config.node_loss else None
         weights = dict(config.weights or DEFAULT_WEIGHTS)
-        if not (config.gangs and Capability.ATOMIC_GANG in caps):
+        if not (config.gangs and backend.supports(Capability.ATOMIC_GANG)):
             weights.pop("gang", None)
         if self.churn is None:
             weights.pop("node_loss", None)

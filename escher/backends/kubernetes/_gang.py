@@ -146,7 +146,7 @@ class GatedGang:
         """A member's pod was seen bound to `node`; commit once every member is."""
         with self._lock:
             attempt = self._attempt
-            if attempt is None or pod not in attempt.nodes or not node:
+            if self.closed or attempt is None or pod not in attempt.nodes or not node:
                 return
             if attempt.committed or attempt.rolled_back or attempt.nodes[pod]:
                 return
@@ -197,9 +197,15 @@ class GatedGang:
                 with self._lock:
                     self._pending = self._schedule(self.max_backoff, self._retry)
 
-    def close(self) -> None:
-        """Stop: no commit, rollback or new attempt happens after this."""
+    def close(self) -> bool:
+        """Stop: no commit, rollback or new attempt happens after this.
+
+        Returns:
+            True if the gang was stopped before its commit (no member runs), False if the
+            commit came first.
+        """
         with self._lock:
             self.closed = True
             if self._pending is not None:
                 self._pending.cancel()
+            return not (self._attempt is not None and self._attempt.committed)

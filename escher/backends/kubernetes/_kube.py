@@ -176,6 +176,30 @@ class KubeApi:
             )
         )
 
+    def json_patch_pod(self, namespace: str, name: str, ops: list[dict[str, Any]]) -> None:
+        _body(
+            self.core.patch_namespaced_pod(
+                name,
+                namespace,
+                ops,
+                _content_type=JSON_PATCH,
+                _preload_content=False,
+                _request_timeout=self.timeout,
+            )
+        )
+
+    def merge_patch_pod(self, namespace: str, name: str, body: dict[str, Any]) -> None:
+        _body(
+            self.core.patch_namespaced_pod(
+                name,
+                namespace,
+                body,
+                _content_type=MERGE_PATCH,
+                _preload_content=False,
+                _request_timeout=self.timeout,
+            )
+        )
+
     def delete_pod(self, namespace: str, name: str, uid: str | None = None) -> bool:
         """Delete at once (grace period 0). False if it was already gone."""
         if not name:  # an empty name would address the collection: every pod of the namespace
@@ -294,6 +318,37 @@ class KubeApi:
                 return False
             raise
         return True
+
+    # --- raw reads ------------------------------------------------------------------------
+    def get_path(self, path: str) -> tuple[int, Any]:
+        """GET a path of the server (e.g. ``/openapi/v3``): (HTTP status, parsed JSON or None)."""
+        client = self.api_client
+        try:
+            if hasattr(client, "param_serialize"):  # clients generated since v31
+                method, url, headers, body, post = client.param_serialize(
+                    "GET", path, header_params={"Accept": "application/json"},
+                    auth_settings=["BearerToken"],
+                )  # fmt: skip
+                response = client.call_api(
+                    method, url, headers, body, post, _request_timeout=self.timeout
+                )
+                status, data = int(response.status), response.read()
+            else:  # pragma: no cover - clients before v31
+                response = client.call_api(
+                    path, "GET", header_params={"Accept": "application/json"},
+                    auth_settings=["BearerToken"], _preload_content=False,
+                    _return_http_data_only=True, _request_timeout=self.timeout,
+                )  # fmt: skip
+                status, data = int(response.status), response.data
+                response.release_conn()
+        except ApiException as exc:
+            return int(exc.status or 0), None
+        if status != 200 or not data:
+            return status, None
+        try:
+            return status, json.loads(data)
+        except ValueError:  # not JSON
+            return status, None
 
     def close(self) -> None:
         self.api_client.close()

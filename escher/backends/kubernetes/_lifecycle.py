@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from escher.backends.kubernetes._errors import as_escher
+from escher.backends.kubernetes._gang import GatedGang
+from escher.backends.kubernetes._gates import GATE_NAME, pod_kept_gates
 from escher.backends.kubernetes._kube import ApiException, KubeApi
 from escher.backends.kubernetes._names import MANAGED_BY_KEY, MANAGED_BY_VALUE, Names
 from escher.backends.kubernetes._payload import TASK_ENV, decode_outcome, encode_task
@@ -30,6 +32,7 @@ from escher.backends.kubernetes._pods import (
 from escher.backends.kubernetes._retry import patiently
 from escher.backends.kubernetes._state import NodeRecord
 from escher.backends.kubernetes._tracker import PodTracker
+from escher.backends.kubernetes.runner import GANG_RELEASE_ENV, RELEASED
 from escher.core.errors import ConfigError, EscherError, NodeDiedError, TaskFailedError
 from escher.core.task import RetryCause, Status, StatusCode, TaskRef, TaskSpec, task_error
 
@@ -75,7 +78,22 @@ class _Task:
     cancelled: bool = False
     #: The pod the watch has shown (a create repeated after it landed must not make another).
     seen_pod: str = ""
+    #: The gang placed through scheduling gates this task belongs to, if any.
+    gang: _Gang | None = None
+    #: Its pod runs but waits for the gang's release (the runner's barrier).
+    held: bool = False
+    #: The server kept the scheduling gate on its pod (1.26 with the feature off drops it).
+    gated: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+@dataclass
+class _Gang:
+    """A gang of pods placed through scheduling gates: its protocol and its members."""
+
+    protocol: GatedGang
+    tasks: list[_Task]
+    release_key: str
 
 
 def _unschedulable_reason(status: Mapping[str, Any]) -> str | None:
@@ -300,6 +318,15 @@ class PodLifecycle:
         status = pod.get("status") or {}
         phase = status.get("phase")
         node = (pod.get("spec") or {}).get("nodeName") or ""
+        gang = task.gang
+        if (
+            gang is not None
+            and not gang.protocol.committed
+            and kind != "DELETED"
+            and phase in ("Pending", "Running")
+        ):
+            self._on_gang_member(task, name, node, phase)
+            return
         with task.lock:
             if task.pod == name:
                 task.seen_pod = name
@@ -438,6 +465,141 @@ class PodLifecycle:
         task.pod, task.uid, task.node = name, "", ""
         self._pipeline.put(self._lane(task.spec), lambda: self._create(task, name, manifest))
 
+    # --- gangs through scheduling gates ----------------------------------------------------
+    def submit_gang(self, refs: list[TaskRef], timeout: float) -> None:
+        """Place `refs`' tasks together through scheduling gates (see `_gang.GatedGang`).
+
+        Raises:
+            ConfigError: a member cannot be a pod (e.g. a callable without an image).
+            EscherError: the first attempt's pods could not be created (none is left).
+        """
+        tasks = [_Task(ref, ref.spec) for ref in refs]
+        for task in tasks:
+            self._manifest(task, "check")  # raises before anything exists
+        key = f"{self._names.domain}/gang-{refs[0].id}"
+        gang: _Gang | None = None
+
+        def create(number: int) -> list[str]:
+            assert gang is not None
+            return [self._create_gated(task, gang) for task in gang.tasks]
+
+        protocol = GatedGang(
+            refs[0].id,
+            len(tasks),
+            create=create,
+            release=self._ungate,
+            commit=lambda name: self._commit_member(name, key),
+            discard=self._discard,
+            on_status=lambda message: self._gang_status(tasks, message),
+            timeout=timeout,
+        )
+        gang = _Gang(protocol, tasks, key)
+        with self._lock:
+            for task in tasks:
+                task.gang = gang
+                self._by_ref[task.ref.id] = task
+        self._started()
+        try:
+            protocol.start()
+        except Exception as exc:
+            protocol.close()
+            for task in tasks:
+                self._discard(task.pod)
+                self._drop(task)
+            raise as_escher(exc, "creating the gang's pods") from None
+
+    def _create_gated(self, task: _Task, gang: _Gang) -> str:
+        """Create one member's pod with escher's gate (the scheduler leaves it alone)."""
+        name = pod_name(task.spec.name)
+        manifest = self._manifest(task, name)
+        manifest["spec"]["schedulingGates"] = [{"name": GATE_NAME}]
+        env = manifest["spec"]["containers"][0]["env"]
+        env.append({"name": GANG_RELEASE_ENV, "value": gang.release_key})
+        with self._lock:
+            self._tasks[name] = task
+        with task.lock:
+            task.pod, task.uid, task.node, task.running, task.held = name, "", "", False, False
+        created = patiently(
+            lambda: self._create_or_adopt(task, name, manifest),
+            self._patience,
+            f"creating pod {name}",
+        )
+        with task.lock:
+            task.uid = str(created["metadata"].get("uid", ""))
+            task.gated = pod_kept_gates(created)
+        return name
+
+    def _ungate(self, name: str) -> None:
+        with self._lock:
+            task = self._tasks.get(name)
+        if task is None or not task.gated:  # a server that dropped the gate: nothing to remove
+            return
+        ops = [{"op": "remove", "path": "/spec/schedulingGates"}]
+        namespace = self.options.namespace
+        patiently(
+            lambda: self._api.json_patch_pod(namespace, name, ops),
+            self._patience,
+            f"releasing pod {name}",
+        )
+
+    def _commit_member(self, name: str, key: str) -> None:
+        """Let the member's runner start its task; its handle is running from now on."""
+        body = {"metadata": {"annotations": {key: RELEASED}}}
+        namespace = self.options.namespace
+        patiently(
+            lambda: self._api.merge_patch_pod(namespace, name, body),
+            self._patience,
+            f"committing pod {name}",
+        )
+        with self._lock:
+            task = self._tasks.get(name)
+        if task is None:
+            return
+        with task.lock:
+            if task.held and not task.running and not task.ref.done():
+                task.running = True
+                task.ref.set_running(task.node)
+
+    def _discard(self, name: str) -> None:
+        """Delete a pod of a rolled-back attempt; its task waits for the next attempt."""
+        with self._lock:
+            task = self._tasks.pop(name, None)
+        uid = ""
+        if task is not None:
+            with task.lock:
+                uid = task.uid if task.pod == name else ""
+        self._delete_quietly(name, uid)
+
+    @staticmethod
+    def _gang_status(tasks: list[_Task], message: str) -> None:
+        for task in tasks:
+            if not task.running and not task.ref.done():
+                task.ref.set_status(Status(StatusCode.PENDING, message))
+
+    def _on_gang_member(self, task: _Task, name: str, node: str, phase: str) -> None:
+        """A member of a gang not yet committed was seen bound or running (its runner waits
+        for the release): tell the protocol; the handle is not running yet."""
+        with task.lock:
+            if task.pod != name or task.ref.done() or task.cancelled:
+                return
+            task.node = node or task.node
+            task.held = task.held or phase == "Running"
+            bound = task.node
+        if bound and task.gang is not None:
+            task.gang.protocol.on_bound(name, bound)
+
+    def _cancel_gang(self, gang: _Gang) -> bool:
+        """Cancel every member of a gang stopped before its commit (none ran anything)."""
+        for task in gang.tasks:
+            with task.lock:
+                task.cancelled = True
+                name, uid = task.pod, task.uid
+            self._forget(name)
+            self._delete_quietly(name, uid)
+            self._drop(task)
+            task.ref.set_cancelled()
+        return True
+
     # --- node loss ----------------------------------------------------------------------------
     def _watch_nodes(self) -> None:
         while not self._stop.wait(self._node_check_seconds):
@@ -490,6 +652,8 @@ class PodLifecycle:
             task = self._by_ref.get(ref.id)
         if task is None:
             return False
+        if task.gang is not None and task.gang.protocol.close():
+            return self._cancel_gang(task.gang)
         with task.lock:
             if task.running or ref.done() or ref.started():
                 return False

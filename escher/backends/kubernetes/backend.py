@@ -11,10 +11,12 @@ from __future__ import annotations
 import logging
 import os
 import re
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from escher.backends.base import Backend, Capability, GarbageReport
+from escher.backends.kubernetes._gates import GateSupport, detect_gates
 from escher.backends.kubernetes._gc import collect_garbage
 from escher.backends.kubernetes._kube import KubeApi, connect
 from escher.backends.kubernetes._lease import SessionLease, owner_mark
@@ -25,7 +27,7 @@ from escher.backends.kubernetes._pods import own_service_account
 from escher.core.clock import Clock, RealClock
 from escher.core.cluster import ClusterState
 from escher.core.context import current_task
-from escher.core.errors import BackendError, ConfigError, UnschedulableError
+from escher.core.errors import BackendError, ConfigError, UnschedulableError, UnsupportedError
 from escher.core.nodespec import NodeSpec
 from escher.core.task import Status, StatusCode, TaskRef, TaskSpec, task_error
 
@@ -121,10 +123,17 @@ class KubernetesBackend(Backend):
             answer, e.g. while it restarts, before BackendUnavailableError.
         creates_in_flight: Pod creates sent at once (`launch` returns before its pod is
             created; pods asking for the same labels are created in launch order).
+        gang_timeout: Seconds a gang's members (`launch_gang`) may take to be bound
+            together before the attempt is rolled back and tried again later.
+        scheduling_gates: Whether the server has pod scheduling gates: None asks it
+            (its OpenAPI document, once); True uses gated gangs anyway (on a server that
+            drops the gate, members are bound as they come and still run only once all
+            are bound); False never (gangs use ghost pods through `escher.esl.Gang`).
     """
 
     name = "kubernetes"
-    capabilities = Capability.PYTHON_TASKS | Capability.CONTAINER_TASKS
+    #: ATOMIC_GANG needs pod scheduling gates (Kubernetes 1.27+): see `supports`.
+    capabilities = Capability.PYTHON_TASKS | Capability.CONTAINER_TASKS | Capability.ATOMIC_GANG
 
     def __init__(
         self,
@@ -148,6 +157,8 @@ class KubernetesBackend(Backend):
         renew_seconds: float = 10.0,
         api_patience: float = 60.0,
         creates_in_flight: int = 8,
+        gang_timeout: float = 30.0,
+        scheduling_gates: bool | None = None,
     ) -> None:
         self._names = Names(validate_domain(domain))
         _check_options(
@@ -159,6 +170,7 @@ class KubernetesBackend(Backend):
                 "node_lost_after": node_lost_after,
                 "renew_seconds": renew_seconds,
                 "api_patience": api_patience,
+                "gang_timeout": gang_timeout,
             },
         )
         if isinstance(image_pull_secrets, str) or not all(
@@ -181,6 +193,19 @@ class KubernetesBackend(Backend):
         self._api = KubeApi(connect(kubeconfig, context, in_cluster), request_timeout)
         self._clock = RealClock()
         self._closed = False
+        self.gang_timeout = float(gang_timeout)
+        if scheduling_gates is not None and not isinstance(scheduling_gates, bool):
+            raise ConfigError(
+                f"scheduling_gates must be None, True or False, got {scheduling_gates!r}."
+            )
+        self._gates: GateSupport | None = (
+            None
+            if scheduling_gates is None
+            else GateSupport(
+                scheduling_gates, f"set by the option scheduling_gates={scheduling_gates}"
+            )
+        )
+        self._gates_lock = threading.Lock()
         self._lease = (
             None
             if session_id is not None
@@ -289,6 +314,45 @@ class KubernetesBackend(Backend):
         self._pods.submit(ref)
         return ref
 
+    # --- gangs --------------------------------------------------------------------------------
+    def gate_support(self) -> GateSupport:
+        """Whether the API server holds pods back with scheduling gates (asked once)."""
+        with self._gates_lock:
+            if self._gates is None:
+                self._gates = detect_gates(self._api.get_path)
+            return self._gates
+
+    def supports(self, capability: Capability) -> bool:
+        """ATOMIC_GANG only where the server has pod scheduling gates (1.27+); elsewhere
+        `escher.esl.Gang` places gangs with ghost pods."""
+        if capability is Capability.ATOMIC_GANG:
+            return capability in self.capabilities and self.gate_support().supported
+        return super().supports(capability)
+
+    def _launch_gang(self, specs: list[TaskSpec]) -> list[TaskRef]:
+        self._ensure_open()
+        if not self.supports(Capability.ATOMIC_GANG):  # pragma: no cover - base checks first
+            raise UnsupportedError(f"no scheduling gates: {self.gate_support().reason}.")
+        if any(spec.fn is None for spec in specs):
+            raise UnsupportedError(
+                "a gang on Kubernetes runs Python callables (their runner waits until the "
+                "whole gang is bound); launch container tasks one by one."
+            )
+        refs = [TaskRef(spec, canceller=self._pods.cancel) for spec in specs]
+        misfit = [s for s in specs if not self._nodes.fits_physically(s.resources)]
+        if misfit:
+            reason = (
+                f"gang member {misfit[0].name!r} can never fit: "
+                f"{misfit[0].resources.to_dict()} exceeds every node's allocatable"
+            )
+            for ref in refs:
+                ref.set_status(Status(StatusCode.INFEASIBLE, reason))
+                ref.set_exception(task_error(reason + "; no member ran.", ref, UnschedulableError))
+            return refs
+        self._hold_lease()
+        self._pods.submit_gang(refs, self.gang_timeout)
+        return refs
+
     def current_node_id(self) -> str | None:
         """The node of the calling task: its task context, or this pod's own node."""
         context = current_task()
@@ -370,6 +434,12 @@ class KubernetesBackend(Backend):
             session=self.session_id,
             pod_watch=self._pods.watch_stats(),
         )
+        gates = self.gate_support()
+        facts["gangs"] = (
+            "scheduling gates (launch_gang, escher.esl.Gang mode='native')"
+            if gates.supported
+            else "ghost pods (escher.esl.Gang, ephemeral mode)"
+        ) + f": {gates.reason}"
         if self.node_selector:
             facts["node_selector"] = dict(self.node_selector)
         return facts
