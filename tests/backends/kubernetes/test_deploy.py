@@ -263,6 +263,14 @@ def test_escher_uses_every_granted_verb_and_no_other(rbac: Any) -> None:
         assert waiting.cancel() is True
         backend.set_resource(label, 0, node)
         backend.set_resource(label + "-pod", 0, ref.result(0))
+        # A gang through the gated protocol (forced: the plane drops the gate, so only the
+        # release marks are patched): the members' pods are patched and run.
+        gang = rbac.backend("extra", scheduling_gates=True)
+        try:
+            members = gang.launch_gang([TaskSpec(_tasks.env_node)] * 2)
+            assert all(m.result(WAIT)[0] in POOLS["extra"] for m in members)
+        finally:
+            gang.close()
     finally:
         backend.close()
     granted = _rules(deploy_manifests("namespace.yaml", "rbac.yaml"))
@@ -290,6 +298,7 @@ def test_escher_uses_every_granted_verb_and_no_other(rbac: Any) -> None:
     assert (ns, "", "pods", "create") in used_rules
     assert (ns, "", "pods", "watch") in used_rules
     assert (ns, "", "pods", "delete") in used_rules
+    assert (ns, "", "pods", "patch") in used_rules
 
 
 def test_forbidden_calls_are_refused(rbac: Any) -> None:
