@@ -23,6 +23,11 @@ from typing import Any
 POD_SPEC = "io.k8s.api.core.v1.PodSpec"
 #: The gate escher puts on the members of a gang until all of them exist.
 GATE_NAME = "escher.io/gang"
+#: Environment variable of a member's pod: the annotation that releases it (value `RELEASED`).
+GANG_RELEASE_ENV = "ESCHER_GANG_RELEASE"
+#: Environment variable of a member's pod: seconds it waits for its release.
+GANG_WAIT_ENV = "ESCHER_GANG_WAIT"
+RELEASED = "go"
 
 
 @dataclass(frozen=True)

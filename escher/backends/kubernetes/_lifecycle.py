@@ -17,7 +17,12 @@ from typing import Any
 
 from escher.backends.kubernetes._errors import as_escher
 from escher.backends.kubernetes._gang import GatedGang
-from escher.backends.kubernetes._gates import GATE_NAME, pod_kept_gates
+from escher.backends.kubernetes._gates import (
+    GANG_RELEASE_ENV,
+    GATE_NAME,
+    RELEASED,
+    pod_kept_gates,
+)
 from escher.backends.kubernetes._kube import ApiException, KubeApi
 from escher.backends.kubernetes._names import MANAGED_BY_KEY, MANAGED_BY_VALUE, Names
 from escher.backends.kubernetes._payload import TASK_ENV, decode_outcome, encode_task
@@ -32,7 +37,6 @@ from escher.backends.kubernetes._pods import (
 from escher.backends.kubernetes._retry import patiently
 from escher.backends.kubernetes._state import NodeRecord
 from escher.backends.kubernetes._tracker import PodTracker
-from escher.backends.kubernetes.runner import GANG_RELEASE_ENV, RELEASED
 from escher.core.errors import ConfigError, EscherError, NodeDiedError, TaskFailedError
 from escher.core.task import RetryCause, Status, StatusCode, TaskRef, TaskSpec, task_error
 

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
 
+from escher.backends.kubernetes._gates import GANG_RELEASE_ENV, GANG_WAIT_ENV, RELEASED
 from escher.backends.kubernetes._payload import (
     TASK_ENV,
     TERMINATION_MESSAGE_LIMIT,
@@ -42,11 +43,6 @@ from escher.backends.kubernetes._pods import PYTHON_ENV, python_version_tag
 from escher.core.errors import TaskFailedError
 
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
-#: Environment variable: the pod annotation that releases a gang member (value "go").
-GANG_RELEASE_ENV = "ESCHER_GANG_RELEASE"
-#: Environment variable: seconds a gang member waits for its release.
-GANG_WAIT_ENV = "ESCHER_GANG_WAIT"
-RELEASED = "go"
 
 
 def wait_for_release(
