@@ -586,6 +586,7 @@ class PodLifecycle:
         with task.lock:
             if task.pod != name or task.ref.done() or task.cancelled:
                 return
+            task.seen_pod = name
             task.node = node or task.node
             task.held = task.held or phase == "Running"
             bound = task.node
