@@ -151,10 +151,6 @@ class BindWatcher:
         return version
 
 
-def _namespace(api: Any, name: str) -> None:
-    api.create_namespace({"metadata": {"name": name}})
-
-
 def _drain(kube: KubeApi, namespace: str) -> None:
     kube.core.delete_collection_namespaced_pod(
         namespace, grace_period_seconds=0, _preload_content=False
@@ -183,7 +179,7 @@ def native_pod(namespace: str, name: str, node: str, shard: int) -> dict[str, An
 
 def run_native(cp: ControlPlane, kube: KubeApi, nodes: list[str], tasks: int) -> dict[str, Any]:
     namespace = f"native-{uuid.uuid4().hex[:6]}"
-    _namespace(kube.core, namespace)
+    cp.create_namespace(namespace)  # and its default ServiceAccount
     watcher = BindWatcher(kube, namespace, tasks)
     t0 = time.perf_counter()
     for i in range(tasks):
@@ -199,7 +195,7 @@ def run_native(cp: ControlPlane, kube: KubeApi, nodes: list[str], tasks: int) ->
 
 def run_escher(cp: ControlPlane, kube: KubeApi, nodes: list[str], tasks: int) -> dict[str, Any]:
     namespace = f"escher-{uuid.uuid4().hex[:6]}"
-    _namespace(kube.core, namespace)
+    cp.create_namespace(namespace)  # and its default ServiceAccount
     backend = KubernetesBackend(
         kubeconfig=str(cp.kubeconfig_path),
         namespace=namespace,
@@ -327,7 +323,7 @@ class Run:
 
 def native_anti_affinity(cp: ControlPlane, kube: KubeApi, pods: int, groups: int) -> dict[str, Any]:
     namespace = f"native-aa-{uuid.uuid4().hex[:6]}"
-    _namespace(kube.core, namespace)
+    cp.create_namespace(namespace)  # and its default ServiceAccount
     base, _ = template("pod-with-pod-anti-affinity.yaml")
     run = Run(kube, namespace, pods)
     for i in range(pods):
@@ -369,7 +365,7 @@ def escher_anti_affinity(
     "bulk": `set_resources` called directly; "per-label": one `set_resource` per group.
     """
     namespace = f"escher-aa-{uuid.uuid4().hex[:6]}"
-    _namespace(kube.core, namespace)
+    cp.create_namespace(namespace)  # and its default ServiceAccount
     backend = KubernetesBackend(
         kubeconfig=str(cp.kubeconfig_path), namespace=namespace, node_selector={"bench": "perf"}
     )
@@ -427,7 +423,7 @@ def _aa_setup(
 
 def native_plain(cp: ControlPlane, kube: KubeApi, pods: int) -> dict[str, Any]:
     namespace = f"native-one-{uuid.uuid4().hex[:6]}"
-    _namespace(kube.core, namespace)
+    cp.create_namespace(namespace)  # and its default ServiceAccount
     base, _ = template("pod-default.yaml")
     run = Run(kube, namespace, pods)
     for i in range(pods):
@@ -442,7 +438,7 @@ def native_plain(cp: ControlPlane, kube: KubeApi, pods: int) -> dict[str, Any]:
 
 def escher_plain(cp: ControlPlane, kube: KubeApi, pods: int, **options: Any) -> dict[str, Any]:
     namespace = f"escher-one-{uuid.uuid4().hex[:6]}"
-    _namespace(kube.core, namespace)
+    cp.create_namespace(namespace)  # and its default ServiceAccount
     pod, _ = template("pod-default.yaml")
     image = pod["spec"]["containers"][0]["image"]
     request = Resources(container_requests(pod))
