@@ -219,6 +219,18 @@ class BackendConformance:
             for nid, n in state.nodes.items()
         }
 
+    @classmethod
+    def view_of(cls, backend: Backend, names: Any) -> dict[str, dict[str, float]]:
+        """`ephemeral_view` limited to the labels `names` (nodes without any left out): what
+        a call naming only those labels could have changed, unaffected by other tests' nodes
+        coming and going on a shared cluster."""
+        wanted = {n for n in names if isinstance(n, str)}
+        limited = {
+            nid: {k: v for k, v in caps.items() if k in wanted}
+            for nid, caps in cls.ephemeral_view(backend).items()
+        }
+        return {nid: caps for nid, caps in limited.items() if caps}
+
     @staticmethod
     def needs(backend: Backend, capability: Capability) -> None:
         if not backend.supports(capability):
@@ -369,25 +381,27 @@ class BackendConformance:
         self, backend: Backend, label_value: str, capacity: Any, error: type[Exception]
     ) -> None:
         node = self.nodes(backend)[0]
-        before = self.ephemeral_view(backend)
+        named = (label_value, label_value.strip() if isinstance(label_value, str) else None)
+        before = self.view_of(backend, named)
         with pytest.raises(error) as caught:
             backend.set_resource(label_value, capacity, node)
         assert isinstance(caught.value, ValidationError) and str(caught.value)
-        assert self.ephemeral_view(backend) == before
+        assert self.view_of(backend, named) == before
 
     def test_unknown_node_and_bad_spec(self, backend: Backend, label: Any) -> None:
-        before = self.ephemeral_view(backend)
+        names = [label() for _ in range(5)]
+        before = self.view_of(backend, names)
         with pytest.raises(UnknownNodeError):
-            backend.set_resource(label(), 1, "no-such-node-xyz")
+            backend.set_resource(names[0], 1, "no-such-node-xyz")
         with pytest.raises(InvalidNodeSpecError):
-            backend.set_resource(label(), 1, 42)  # type: ignore[arg-type]
+            backend.set_resource(names[1], 1, 42)  # type: ignore[arg-type]
         with pytest.raises(InvalidNodeSpecError):
-            backend.set_resource(label(), 1, {"CPU": 1}, num_nodes=0)
+            backend.set_resource(names[2], 1, {"CPU": 1}, num_nodes=0)
         with pytest.raises(InvalidNodeSpecError):
-            backend.set_resource(label(), 1, self.nodes(backend)[0], num_nodes=1)
+            backend.set_resource(names[3], 1, self.nodes(backend)[0], num_nodes=1)
         with pytest.raises(InvalidNodeSpecError):
-            backend.set_resource(label(), 1, NodeSpec.with_labels({"rack": "3"}), num_nodes=True)
-        assert self.ephemeral_view(backend) == before
+            backend.set_resource(names[4], 1, NodeSpec.with_labels({"rack": "3"}), num_nodes=True)
+        assert self.view_of(backend, names) == before
 
     def test_fractional_capacity(self, backend: Backend, label: Any) -> None:
         node, name = self.nodes(backend)[0], label()
@@ -451,16 +465,17 @@ class BackendConformance:
 
     def test_set_resources_bad_input_changes_nothing(self, backend: Backend, label: Any) -> None:
         node = self.nodes(backend)[0]
-        good = label()
-        before = self.ephemeral_view(backend)
-        for bad in ({good: 1, "bad label!": 1}, {good: 1, label(): -1}, {good: 1, "CPU": 1}):
+        good, negative = label(), label()
+        named = (good, negative)
+        before = self.view_of(backend, named)
+        for bad in ({good: 1, "bad label!": 1}, {good: 1, negative: -1}, {good: 1, "CPU": 1}):
             with pytest.raises(ValidationError):
                 backend.set_resources(bad, node)
         with pytest.raises(ValidationError):
             backend.set_resources([(good, 1)], node)  # type: ignore[arg-type]
         with pytest.raises(UnknownNodeError):
             backend.set_resources({good: 1}, "no-such-node-xyz")
-        assert self.ephemeral_view(backend) == before
+        assert self.view_of(backend, named) == before
         assert backend.set_resources({}, node) == ()
 
     def test_set_resources_concurrently(self, backend: Backend, label: Any) -> None:
