@@ -548,7 +548,9 @@ class BackendConformance:
         # Started is not yet running the body (a pod's process may still be starting): the
         # first attempt must have counted itself, or the retry would count as the first.
         if not backend.clock.virtual:  # (in virtual time the body runs when its time is up)
-            assert wait_until(lambda: os.path.exists(path) or ref.done()), "attempt 1 not run"
+            assert wait_until(  # (the file exists once opened: wait for the line itself)
+                lambda: (os.path.exists(path) and os.path.getsize(path) > 0) or ref.done()
+            ), "attempt 1 not run"
         return ref, doomed, name, release
 
     def test_node_loss_retries_elsewhere(self, backend: Backend, label: Any, tmp_path: Any) -> None:
