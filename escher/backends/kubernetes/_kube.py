@@ -94,6 +94,10 @@ class KubeApi:
         self.coordination: Any = k8s_client.CoordinationV1Api(api_client)
         self.timeout = request_timeout
 
+    def _call(self, method: Any, *args: Any, **kwargs: Any) -> Any:
+        """One generated-client call with escher's options; the parsed JSON body."""
+        return _body(method(*args, _preload_content=False, _request_timeout=self.timeout, **kwargs))
+
     # --- nodes -----------------------------------------------------------------------
     def get_node(self, name: str) -> dict[str, Any]:
         return _body(  # type: ignore[no-any-return]
@@ -111,36 +115,18 @@ class KubeApi:
         return list(found.get("items") or [])
 
     def json_patch_node_status(self, name: str, ops: list[dict[str, Any]]) -> dict[str, Any]:
-        return _body(  # type: ignore[no-any-return]
-            self.core.patch_node_status(
-                name,
-                ops,
-                _content_type=JSON_PATCH,
-                _preload_content=False,
-                _request_timeout=self.timeout,
-            )
+        return self._call(  # type: ignore[no-any-return]
+            self.core.patch_node_status, name, ops, _content_type=JSON_PATCH
         )
 
     def merge_patch_node_status(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        return _body(  # type: ignore[no-any-return]
-            self.core.patch_node_status(
-                name,
-                body,
-                _content_type=MERGE_PATCH,
-                _preload_content=False,
-                _request_timeout=self.timeout,
-            )
+        return self._call(  # type: ignore[no-any-return]
+            self.core.patch_node_status, name, body, _content_type=MERGE_PATCH
         )
 
     def merge_patch_node(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        return _body(  # type: ignore[no-any-return]
-            self.core.patch_node(
-                name,
-                body,
-                _content_type=MERGE_PATCH,
-                _preload_content=False,
-                _request_timeout=self.timeout,
-            )
+        return self._call(  # type: ignore[no-any-return]
+            self.core.patch_node, name, body, _content_type=MERGE_PATCH
         )
 
     # --- pods ------------------------------------------------------------------------
@@ -177,28 +163,10 @@ class KubeApi:
         )
 
     def json_patch_pod(self, namespace: str, name: str, ops: list[dict[str, Any]]) -> None:
-        _body(
-            self.core.patch_namespaced_pod(
-                name,
-                namespace,
-                ops,
-                _content_type=JSON_PATCH,
-                _preload_content=False,
-                _request_timeout=self.timeout,
-            )
-        )
+        self._call(self.core.patch_namespaced_pod, name, namespace, ops, _content_type=JSON_PATCH)
 
     def merge_patch_pod(self, namespace: str, name: str, body: dict[str, Any]) -> None:
-        _body(
-            self.core.patch_namespaced_pod(
-                name,
-                namespace,
-                body,
-                _content_type=MERGE_PATCH,
-                _preload_content=False,
-                _request_timeout=self.timeout,
-            )
-        )
+        self._call(self.core.patch_namespaced_pod, name, namespace, body, _content_type=MERGE_PATCH)
 
     def delete_pod(self, namespace: str, name: str, uid: str | None = None) -> bool:
         """Delete at once (grace period 0). False if it was already gone."""
