@@ -13,7 +13,6 @@ See docs/verify.md.
 
 from escher.verify._check import check_placement, intent_violation
 from escher.verify._intents import intent_subplan
-from escher.verify._model import Statement
 from escher.verify._result import (
     EXIT_CODES,
     Explanation,
@@ -22,6 +21,7 @@ from escher.verify._result import (
     Verdict,
     VerificationResult,
 )
+from escher.verify._statement import Statement
 from escher.verify._verify import DEFAULT_TIMEOUT, Verifier, ensure_feasible, verify
 
 __all__ = [

@@ -30,7 +30,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from escher.verify._model import Problem
+from escher.verify._problem import Problem
 from escher.verify._search import INF, Fill, _placement, _Space, _space, applicable
 
 #: Arcs (over all node types) above which the model is not built.

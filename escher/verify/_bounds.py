@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 from itertools import accumulate
 
-from escher.verify._model import Item, Problem
+from escher.verify._problem import Item, Problem
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,8 @@ from escher.core.plan import Plan
 from escher.verify import _arcflow, _smt
 from escher.verify._bounds import precheck
 from escher.verify._greedy import STRATEGIES, Timeout, check, greedy
-from escher.verify._model import Item, Mods, Problem, build
+from escher.verify._model import build
+from escher.verify._problem import Item, Mods, Problem
 from escher.verify._search import applicable, search
 from escher.verify._witness import Placement
 

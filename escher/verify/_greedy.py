@@ -11,7 +11,7 @@ import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
-from escher.verify._model import Item, Problem
+from escher.verify._problem import Item, Problem
 from escher.verify._witness import Placement
 
 

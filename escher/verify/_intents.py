@@ -31,7 +31,7 @@ from escher.core.plan import (
 )
 from escher.verify._check import check_placement, intent_violation
 from escher.verify._engine import decide
-from escher.verify._model import Mods
+from escher.verify._problem import Mods
 from escher.verify._result import IntentResult, IntentStatus
 from escher.verify._topology import EACH_NODE, domains_for, topology_key
 from escher.verify._witness import to_witness
@@ -307,7 +307,9 @@ class IntentProver:
             return IntentResult(intent, IntentStatus.UNKNOWN, detail=unknown)
         return self._base(intent, sub, deadline)
 
-    def _base(self, intent: Intent, sub: Plan, deadline: float) -> IntentResult:
+    def _placeable(self, intent: Intent, sub: Plan, deadline: float) -> IntentResult | str:
+        """VACUOUS if the resources allow no placement of the intent's tasks at all, else
+        the status of deciding that ("feasible" or "unknown")."""
         base = decide(
             sub,
             self.state,
@@ -321,25 +323,21 @@ class IntentProver:
                 IntentStatus.VACUOUS,
                 detail="the resources allow no placement of its tasks at all",
             )
+        return base.status
+
+    def _base(self, intent: Intent, sub: Plan, deadline: float) -> IntentResult:
+        base = self._placeable(intent, sub, deadline)
+        if isinstance(base, IntentResult):
+            return base
         return IntentResult(
             intent, IntentStatus.PROVEN, detail="no placement the resources allow violates it"
         )
 
     def _gang(self, intent: Intent, sub: Plan, deadline: float) -> IntentResult:
-        base = decide(
-            sub,
-            self.state,
-            deadline=deadline,
-            mods=Mods(drop_intents=True),
-            memory_mb=self.memory_mb,
-        )
-        if base.status == "infeasible":
-            return IntentResult(
-                intent,
-                IntentStatus.VACUOUS,
-                detail="the resources allow no placement of its tasks at all",
-            )
-        if base.status == "feasible":
+        base = self._placeable(intent, sub, deadline)
+        if isinstance(base, IntentResult):
+            return base
+        if base == "feasible":
             return IntentResult(
                 intent,
                 IntentStatus.PROVEN,

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from escher.core.plan import Intent
-from escher.verify._model import Statement
+from escher.verify._statement import Statement
 
 #: Exit code of `escher verify` for bad input (unreadable or malformed files, bad options).
 EXIT_BAD_INPUT = 3

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from escher.verify._greedy import classes
-from escher.verify._model import Item, Problem
+from escher.verify._problem import Item, Problem
 
 #: Maximal fills tried per (node type, step) before the search stops being exhaustive.
 FILL_LIMIT = 200

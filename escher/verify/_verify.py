@@ -18,7 +18,7 @@ from escher.core.plan import Plan
 from escher.verify._engine import Decision, decide
 from escher.verify._intents import IntentProver, preference_met
 from escher.verify._minimise import minimise
-from escher.verify._model import Mods, Problem
+from escher.verify._problem import Mods, Problem
 from escher.verify._result import (
     Explanation,
     IntentResult,

@@ -1,0 +1,91 @@
+"""Stage 3 of `build`: interchangeable nodes grouped into node types."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from escher.core.plan import PinnedTo
+from escher.verify._context import Ctx
+from escher.verify._planned import type_label
+from escher.verify._problem import Cap, NodeType
+from escher.verify._statement import Statement, fmt
+
+
+def pin_sets(ctx: Ctx) -> tuple[dict[int, frozenset[int]], dict[str, frozenset[int]]]:
+    index = ctx.part.index
+    pins: dict[int, frozenset[int]] = {}
+    for i, intent in ctx.intents:
+        if isinstance(intent, PinnedTo) and ctx.on(f"intent:{i}"):
+            missing = [n for n in intent.nodes if n not in index]
+            if missing:
+                ctx.warnings.append(
+                    f"{intent.describe()}: no alive node(s) {missing} in the cluster."
+                )
+            pins[i] = frozenset(index[n] for n in intent.nodes if n in index)
+    only = {u: frozenset(index[n] for n in ns if n in index) for u, ns in ctx.mods.only.items()}
+    return pins, only
+
+
+def _type_name(ctx: Ctx, node_list: list[int], used: dict[str, int]) -> str:
+    first = node_list[0]
+    label = type_label(ctx.part.nodes[first])
+    nid = ctx.part.ids[first]
+    if len(node_list) == 1:
+        name = f"{label} {nid!r}" if label else f"node {nid!r}"
+    else:
+        name = f"{label or 'nodes'} like {nid!r} ({len(node_list)} nodes)"
+    used[name] = used.get(name, 0) + 1
+    return name if used[name] == 1 else f"{name} #{used[name]}"
+
+
+def _name_types(ctx: Ctx, types: list[NodeType], raw_keys: list[tuple[Any, ...]]) -> None:
+    """Name capacity classes (same capacities and label, whatever the pins) and create their
+    capacity statements; ids do not depend on which statements are active."""
+    cls_of: dict[tuple[Any, ...], list[int]] = {}
+    for ti, nt in enumerate(types):
+        cls_of.setdefault(raw_keys[nt.nodes[0]][:4], []).append(ti)
+    used: dict[str, int] = {}
+    for tids in sorted(cls_of.values(), key=lambda ts: min(types[j].nodes[0] for j in ts)):
+        name = _type_name(ctx, sorted(n for j in tids for n in types[j].nodes), used)
+        for ti in tids:
+            nt = types[ti]
+            nt.name = name
+            ids: list[str] = []
+            caps: list[Cap] = []
+            for r, rname in enumerate(ctx.rnames):
+                sid = nt.capsrc[r] or f"cap:{rname}@{name}"
+                if not nt.capsrc[r]:
+                    amount = fmt(nt.cap[r], ctx.scale[r])
+                    text = f"{name}: {amount} {rname} available per node"
+                    ctx.statements.setdefault(sid, Statement(sid, "capacity", text, name))
+                ids.append(sid)
+                caps.append(nt.cap[r] if ctx.on(sid) else None)
+            nt.capsrc = tuple(ids)
+            nt.cap = tuple(caps)
+
+
+def node_types(
+    ctx: Ctx, pins: dict[int, frozenset[int]], only: dict[str, frozenset[int]]
+) -> tuple[list[NodeType], list[int]]:
+    """Stage 3: group interchangeable nodes into types."""
+    pin_keys, only_keys = sorted(pins), sorted(only)
+    dom_keys = sorted(ctx.domains)
+    type_of: dict[tuple[Any, ...], int] = {}
+    types: list[NodeType] = []
+    node_type: list[int] = []
+    raw_keys: list[tuple[Any, ...]] = []
+    for k, base in enumerate(ctx.part.keys):
+        key = (
+            *base,
+            tuple(k in pins[p] for p in pin_keys),
+            tuple(k in only[u] for u in only_keys),
+            tuple(ctx.domains[d].of.get(k) for d in dom_keys),
+        )
+        raw_keys.append(key)
+        if key not in type_of:
+            type_of[key] = len(types)
+            types.append(NodeType("", [], base[0], base[1], base[2]))
+        types[type_of[key]].nodes.append(k)
+        node_type.append(type_of[key])
+    _name_types(ctx, types, raw_keys)
+    return types, node_type

@@ -1,0 +1,58 @@
+"""Statements: what the user said (a task, an intent, a capacity), as the verifier tracks it."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from escher.core.plan import Intent, PlannedTask
+
+
+@dataclass(frozen=True)
+class Statement:
+    """One thing the user said: a task, an intent, a capacity, a planned resource.
+
+    Attributes:
+        id: Stable key (e.g. ``task:ps``, ``intent:2``, ``cap:GPU@gpu8``, ``res:0``).
+        kind: ``task``, ``intent``, ``capacity`` or ``resource``.
+        text: A readable description in the user's terms.
+        source: What made it (the ESL call, the node type, ...).
+    """
+
+    id: str
+    kind: str
+    text: str
+    source: str = ""
+
+    def to_dict(self) -> dict[str, str]:
+        """A JSON-ready description."""
+        return {"id": self.id, "kind": self.kind, "text": self.text, "source": self.source}
+
+
+def fmt(value: int | None, scale: int = 1) -> str:
+    """An integer amount (in units of 1/`scale`) as a short decimal."""
+    if value is None:
+        return "unbounded"
+    q = value / scale
+    return f"{q:g}" if abs(q) < 1e6 else f"{q:.6g}"
+
+
+def intent_statement(index: int, intent: Intent) -> Statement:
+    """The statement for the plan's `index`-th intent."""
+    src = intent.source or "declared in the plan"
+    return Statement(f"intent:{index}", "intent", f"{intent.describe()} ({src})", src)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def task_statement(task: PlannedTask) -> Statement:
+    """The statement for a planned task (cached: explanations and intent proofs rebuild
+    sub-problems of one plan many times)."""
+    req = {k: (int(v) if float(v).is_integer() else v) for k, v in task.resources.items()}
+    conc = "" if task.concurrent else ", not concurrent"
+    text = f"task {task.name!r} x{task.count} requesting {req}{conc}"
+    if task.creates:
+        made = ", ".join(f"{c.label}={c.capacity:g}" for c in task.creates)
+        text += f", creating {made} on its node"
+    if task.source and task.source != f"task {task.name!r}":
+        text += f" (from {task.source})"
+    return Statement(f"task:{task.name}", "task", text, task.source)
