@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 from importlib import resources as _resources
 from pathlib import Path
 from typing import Any
@@ -165,14 +165,63 @@ def _compiled(kind: str) -> Any:
     return fastjsonschema.compile(schema(kind))
 
 
+# Task fields whose value does not change whether an entry is valid beyond its type (and,
+# for a name, being empty): entries differing only there share one validation.
+_FREE_TEXT = ("name", "source")
+
+
+def _entry_shape(entry: Any) -> Hashable | None:
+    """What decides whether a task entry is valid: every field with its value and type, the
+    free-text fields by type and emptiness only. None for an entry that is not an object
+    (it is validated on its own)."""
+    if type(entry) is not dict:
+        return None
+    key: list[Hashable] = []
+    for field, value in entry.items():
+        if field in _FREE_TEXT:
+            key.append((field, type(value), value == ""))
+        elif type(value) is dict:
+            key.append((field, tuple(value.items()), tuple(map(type, value.values()))))
+        else:
+            key.append((field, type(value), value))
+    return tuple(key)
+
+
+def _by_shape(data: Any) -> Any:
+    """A plan document with one task entry per shape (`_entry_shape`): it is valid exactly
+    when `data` is, so a plan written one entry per task is validated at the cost of its
+    distinct shapes. Any other document is returned as it is."""
+    if not isinstance(data, dict) or not isinstance(data.get("tasks"), list):
+        return data
+    seen: set[Hashable] = set()
+    kept: list[Any] = []
+    for entry in data["tasks"]:
+        shape = _entry_shape(entry)
+        try:
+            new = shape is None or shape not in seen
+        except TypeError:  # a nested value: validated on its own
+            new, shape = True, None
+        if new:
+            kept.append(entry)
+            if shape is not None:
+                seen.add(shape)
+    if len(kept) == len(data["tasks"]):
+        return data
+    return {**data, "tasks": kept}
+
+
 def validate_document(data: Any, kind: str, *, source: str) -> None:
     """Check `data` against the schema of `kind` (``"plan"`` or ``"cluster"``).
+
+    Plan task entries that differ only in their names and sources are checked once (the
+    schema says the same of each); a document with a problem is checked whole, so the
+    error names the first bad place in document order.
 
     Raises:
         PlanFormatError: the first problem in document order, as ``source: place: what``.
     """
     try:
-        _compiled(kind)(data)
+        _compiled(kind)(_by_shape(data) if kind == "plan" else data)
         return
     except fastjsonschema.JsonSchemaException as exc:
         fast_message = str(exc).replace("data", "", 1).lstrip(".")

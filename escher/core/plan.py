@@ -344,15 +344,7 @@ class Plan:
         plan = cls()
         for i, raw in enumerate(data.get("resources", ())):
             _at(f"{source}: resources[{i}]", lambda r=raw: _add_resource(plan, r))
-        total = 0
-        shared: dict[tuple[tuple[str, Any], ...], Resources] = {}
-        for i, raw in enumerate(data["tasks"]):
-            total += raw.get("count", 1)
-            if total > MAX_REPLICAS:
-                raise PlanFormatError(
-                    f"{source}: tasks[{i}].count: more than {MAX_REPLICAS:,} replicas in all."
-                )
-            _at(f"{source}: tasks[{i}]", lambda r=raw: _add_task(plan, r, shared))
+        _add_tasks(plan, data["tasks"], source)
         for i, raw in enumerate(data.get("intents", ())):
             _at(f"{source}: intents[{i}]", lambda r=raw: plan.add_intent(_intent_from_dict(r)))
         for key, domains in data.get("topologies", {}).items():
@@ -528,23 +520,60 @@ def _task_to_dict(t: PlannedTask) -> dict[str, Any]:
     }
 
 
-def _add_task(
-    plan: Plan, raw: Mapping[str, Any], shared: dict[tuple[tuple[str, Any], ...], Resources]
-) -> None:
-    """One task entry; identical requests share one `Resources` (a plan written one entry
-    per task checks and hashes each distinct request once)."""
+_Shared = dict[tuple[Any, ...], tuple[Resources, tuple[ResourceCreation, ...]]]
+
+
+def _request(raw: Mapping[str, Any], shared: _Shared) -> tuple[Resources, tuple[Any, ...]]:
+    """The request and creations of a (schema-checked) task entry; entries with the same
+    request and creations share one checked value (a plan written one entry per task checks
+    each distinct one once)."""
     request = raw.get("resources") or {}
-    key = tuple(sorted(request.items()))
+    creates = raw.get("creates") or {}
+    key = (tuple(sorted(request.items())), tuple(creates.items()))
     if key not in shared:
-        shared[key] = Resources.of(request)
-    plan.add_task(
-        raw["name"],
-        shared[key],
-        count=raw.get("count", 1),
-        creates=raw.get("creates") or None,
-        concurrent=raw.get("concurrent", True),
-        source=raw.get("source", ""),
-    )
+        made = tuple(
+            ResourceCreation(validate_label(k), validate_quantity(v, what=f"capacity of {k!r}"))
+            for k, v in creates.items()
+        )
+        shared[key] = (Resources.of(request), made)
+    return shared[key]
+
+
+def _add_tasks(plan: Plan, entries: list[Any], source: str) -> None:
+    """The task entries of a (schema-checked) plan document, in order.
+
+    Raises:
+        PlanFormatError: a duplicate name, a bad request or too many replicas, naming the
+            entry.
+    """
+    shared: _Shared = {}
+    index = plan._by_name()
+    total = 0
+    for i, raw in enumerate(entries):
+        name, count = raw["name"], raw.get("count", 1)
+        total += count
+        if total > MAX_REPLICAS:
+            raise PlanFormatError(
+                f"{source}: tasks[{i}].count: more than {MAX_REPLICAS:,} replicas in all."
+            )
+        if name in index:
+            raise PlanFormatError(
+                f"{source}: tasks[{i}]: the plan already has a task named {name!r}."
+            )
+        try:
+            request, made = _request(raw, shared)
+        except ValidationError as exc:
+            raise PlanFormatError(f"{source}: tasks[{i}]: {exc}") from None
+        task = PlannedTask(
+            name,
+            request,
+            count,
+            made,
+            raw.get("concurrent", True),
+            raw.get("source") or f"task {name!r}",
+        )
+        plan.tasks.append(task)
+        index[name] = task
 
 
 # Intent fields beyond kind/tasks/source/weight, per class, as (attribute, file field).

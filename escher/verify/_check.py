@@ -17,6 +17,7 @@ from escher.core.plan import (
     Intent,
     PinnedTo,
     Plan,
+    PlannedTask,
     Separated,
     SpreadAtMost,
     SpreadEvenly,
@@ -195,6 +196,26 @@ def _with_creations(
     return cap
 
 
+def _loads(
+    placement: Mapping[str, Sequence[str]], tasks: list[PlannedTask]
+) -> dict[str, dict[str, float]]:
+    """Per node, what `tasks` placed there request together (replicas with one request are
+    counted first: a plan written one entry per task costs what replicas cost)."""
+    count: dict[tuple[str, int], int] = defaultdict(int)
+    request: dict[int, Resources] = {}
+    for t in tasks:
+        request[id(t.resources)] = t.resources
+        key = id(t.resources)
+        for n in placement[t.name]:
+            count[(n, key)] += 1
+    load: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for (n, key), k in count.items():
+        vec = load[n]
+        for r, q in request[key].items():
+            vec[r] += q * k
+    return load
+
+
 def _group_errors(
     plan: Plan, placement: Mapping[str, Sequence[str]], cap: dict[str, dict[str, float]]
 ) -> tuple[list[str], set[str]]:
@@ -207,11 +228,7 @@ def _group_errors(
     groups += [(f"gang {sorted(g)}", g) for g in gangs]
     errors: list[str] = []
     for label, members in groups:
-        load: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-        for name in members:
-            for n in placement[name]:
-                for r, q in tasks[name].resources.items():
-                    load[n][r] += q
+        load = _loads(placement, [tasks[name] for name in members])
         for n, vec in sorted(load.items()):
             for r, q in sorted(Resources(vec).shortfall(cap[n]).items()):
                 errors.append(

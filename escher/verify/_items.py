@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from escher.core.plan import Colocated, PlannedTask
 from escher.verify._context import Ctx
+from escher.verify._facts import plan_facts
 from escher.verify._groups import Groups
 from escher.verify._problem import CONC, Item
 from escher.verify._scales import cap_units, to_units
@@ -121,6 +122,7 @@ def items(
     nres = len(ctx.rnames)
     ridx = {r: i for i, r in enumerate(ctx.rnames)}
     out: list[Item] = []
+    sid = plan_facts(ctx.plan).sid
     for root in sorted(comps):
         us = comps[root]
         is_merged = any(u in merged for u in us)
@@ -130,7 +132,7 @@ def items(
             per = reps if is_merged else 1
             b.members.append((u, per))
             b.stmts.update(merge_stmts[u])
-            b.stmts.update(f"task:{name}" for name, _ in ctx.members[u])
+            b.stmts.update(sid[name] for name, _ in ctx.members[u])
             v = _vec(task, ridx, ctx.scale, nres)
             b.add_load(list(g.gang_of.get(task.name, [])) + [CONC] * task.concurrent, v, per)
             for c in task.creates:

@@ -30,20 +30,19 @@ from __future__ import annotations
 from escher.core.cluster import ClusterState
 from escher.core.plan import Plan
 from escher.verify._context import Ctx
+from escher.verify._facts import plan_facts
 from escher.verify._groups import Groups, groups
 from escher.verify._items import items
 from escher.verify._nodetypes import node_types, pin_sets
 from escher.verify._planned import node_part
 from escher.verify._problem import Item, Mods, NodeType, Problem
-from escher.verify._statement import intent_statement, task_statement
+from escher.verify._statement import intent_statement
 from escher.verify._topology import domains_of
 from escher.verify._units import units
 
 
 def _statements(ctx: Ctx) -> None:
-    for task in ctx.plan.tasks:
-        st = task_statement(task)
-        ctx.statements[st.id] = st
+    ctx.statements.update(plan_facts(ctx.plan).statements)
     for i, intent in enumerate(ctx.plan.intents):
         st = intent_statement(i, intent)
         ctx.statements[st.id] = st
@@ -54,7 +53,7 @@ def _problem(
 ) -> Problem:
     """The problem from what the stages built."""
     ridx = {r: i for i, r in enumerate(ctx.rnames)}
-    creates = (c.label for t in ctx.plan.tasks for c in t.creates)
+    creates = (c.label for c in plan_facts(ctx.plan).creations)
     created = frozenset(ridx[label] for label in creates if label in ridx)
     caps = [types[t].cap for t in node_type]
     held = [types[t].held for t in node_type]
@@ -78,7 +77,7 @@ def build(
         ValidationError: the plan is not well-formed for verification.
     """
     mods = mods or Mods()
-    rnames = sorted({r for t in plan.tasks for r in t.resources})
+    rnames = list(plan_facts(plan).rnames)
     part, scale = node_part(plan, state, tuple(rnames))
     ctx = Ctx(plan, state, active, mods, rnames, part, scale)
     scenario_keys = [k for k, *_ in mods.domain_apart] + [k for k, _ in mods.domain_merge]

@@ -153,13 +153,13 @@ _cache: list[tuple[ClusterState, tuple[Any, ...], tuple[str, ...], NodePart, lis
 def node_part(
     plan: Plan, state: ClusterState, rnames: tuple[str, ...]
 ) -> tuple[NodePart, list[int]]:
-    """`apply_planned`, cached for the last few (state, planned resources, resource names):
-    minimisation and intent proofs rebuild sub-problems of one plan many times."""
+    """`apply_planned`, cached for the last few (state, planned resources, resource names,
+    scales): minimisation and intent proofs rebuild sub-problems of one plan many times."""
     resources = tuple(plan.resources)
-    for c_state, c_res, c_rn, c_part, c_scale in _cache:
-        if c_state is state and c_rn == rnames and c_res == resources:
-            return c_part, c_scale
     scale = scales(plan, state, list(rnames))
+    for c_state, c_res, c_rn, c_part, c_scale in _cache:
+        if c_state is state and c_rn == rnames and c_res == resources and c_scale == scale:
+            return c_part, c_scale
     part = apply_planned(plan, state, rnames, tuple(scale))
     _cache.insert(0, (state, resources, rnames, part, scale))
     del _cache[4:]

@@ -7,6 +7,7 @@ import math
 from escher.core.cluster import ClusterState
 from escher.core.plan import Plan
 from escher.core.resources import EPSILON
+from escher.verify._facts import plan_facts
 
 
 def _decimals(x: float) -> int:
@@ -20,27 +21,44 @@ def _decimals(x: float) -> int:
     return 9
 
 
+def _state_digits(state: ClusterState) -> dict[str, int]:
+    """Per resource name, the decimals the alive nodes' quantities need (cached per state)."""
+    for known, digits in _state_memo:
+        if known is state:
+            return digits
+    digits = {}
+    for node in state.nodes.values():
+        if node.alive:
+            for vec in (node.available, node.total):
+                for name, q in vec.items():
+                    if digits.get(name, 0) < 9:
+                        digits[name] = max(digits.get(name, 0), _decimals(q))
+    _state_memo.insert(0, (state, digits))
+    del _state_memo[4:]
+    return digits
+
+
+_state_memo: list[tuple[ClusterState, dict[str, int]]] = []
+
+
 def scales(plan: Plan, state: ClusterState, rnames: list[str]) -> list[int]:
     """Per resource, the power of ten (at most 1e9) that makes its quantities integers."""
     wanted = set(rnames)
-    digits = dict.fromkeys(rnames, 0)
+    nodes = _state_digits(state)
+    digits = {r: nodes.get(r, 0) for r in rnames}
 
     def see(name: str, q: float) -> None:
         if name in wanted and digits[name] < 9:
             digits[name] = max(digits[name], _decimals(q))
 
-    for t in plan.tasks:
-        for name, q in t.resources.items():
+    facts = plan_facts(plan)
+    for req in facts.requests:
+        for name, q in req.items():
             see(name, q)
-        for c in t.creates:
-            see(c.label, c.capacity)
+    for c in facts.creations:
+        see(c.label, c.capacity)
     for res in plan.resources:
         see(res.label, res.capacity)
-    for node in state.nodes.values():
-        if node.alive:
-            for vec in (node.available, node.total):
-                for name, q in vec.items():
-                    see(name, q)
     return [10 ** digits[r] for r in rnames]
 
 

@@ -6,6 +6,7 @@ import functools
 from dataclasses import dataclass
 
 from escher.core.plan import Intent, PlannedTask
+from escher.core.resources import Resources
 
 
 @dataclass(frozen=True)
@@ -43,11 +44,15 @@ def intent_statement(index: int, intent: Intent) -> Statement:
     return Statement(f"intent:{index}", "intent", f"{intent.describe()} ({src})", src)
 
 
-@functools.lru_cache(maxsize=1 << 16)
+@functools.lru_cache(maxsize=1 << 12)
+def _request_text(request: Resources) -> str:
+    """A request as the user wrote it (whole numbers without ".0")."""
+    return str({k: (int(v) if float(v).is_integer() else v) for k, v in request.items()})
+
+
 def task_statement(task: PlannedTask) -> Statement:
-    """The statement for a planned task (cached: explanations and intent proofs rebuild
-    sub-problems of one plan many times)."""
-    req = {k: (int(v) if float(v).is_integer() else v) for k, v in task.resources.items()}
+    """The statement for a planned task."""
+    req = _request_text(task.resources)
     conc = "" if task.concurrent else ", not concurrent"
     text = f"task {task.name!r} x{task.count} requesting {req}{conc}"
     if task.creates:

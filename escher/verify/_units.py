@@ -6,6 +6,10 @@ from typing import Any
 
 from escher.core.plan import Gang, PlannedTask
 from escher.verify._context import Ctx
+from escher.verify._facts import plan_facts
+
+#: Unit -> its member tasks with their replicas.
+Members = dict[str, list[tuple[str, int]]]
 
 
 def _identity(ctx: Ctx) -> tuple[dict[str, tuple[int, ...]], set[str]]:
@@ -30,11 +34,22 @@ def _identity(ctx: Ctx) -> tuple[dict[str, tuple[int, ...]], set[str]]:
     return {k: tuple(sorted(set(v))) for k, v in named.items()}, keep
 
 
+def _split_off(
+    task: PlannedTask, n_split: int, out: dict[str, tuple[PlannedTask, int]], members: Members
+) -> list[str]:
+    """Single-replica units ``task#0``, ``task#1``... for the first `n_split` replicas."""
+    made = []
+    for j in range(n_split):
+        u = f"{task.name}#{j}"
+        out[u] = (task, 1)
+        members[u] = [(task.name, 1)]
+        made.append(u)
+    return made
+
+
 def units(
     ctx: Ctx,
-) -> tuple[
-    dict[str, tuple[PlannedTask, int]], dict[str, list[str]], dict[str, list[tuple[str, int]]]
-]:
+) -> tuple[dict[str, tuple[PlannedTask, int]], dict[str, list[str]], Members]:
     """Stage 4: identical tasks grouped into units; split-off replicas for scenarios.
 
     Returns:
@@ -42,38 +57,30 @@ def units(
         with their replicas (in plan order).
     """
     named, keep = _identity(ctx)
+    facts = plan_facts(ctx.plan)
     out: dict[str, tuple[PlannedTask, int]] = {}
     task_units: dict[str, list[str]] = {}
-    members: dict[str, list[tuple[str, int]]] = {}
+    members: Members = {}
     by_key: dict[tuple[Any, ...], str] = {}
+    split, active = ctx.mods.split, ctx.active
     for task in ctx.plan.tasks:
-        if not ctx.on(f"task:{task.name}"):
+        name = task.name
+        if active is not None and facts.sid[name] not in active:
             continue
-        n_split = min(ctx.mods.split.get(task.name, 0), task.count)
-        task_units[task.name] = []
-        for j in range(n_split):
-            u = f"{task.name}#{j}"
-            out[u] = (task, 1)
-            members[u] = [(task.name, 1)]
-            task_units[task.name].append(u)
-        rest = task.count - n_split
-        if not rest:
-            continue
-        key: tuple[Any, ...] = (
-            task.resources,
-            task.creates,
-            task.concurrent,
-            named.get(task.name, ()),
-            task.name if task.name in keep else "",
-        )
-        found = by_key.get(key)
-        if found is None:
-            u = by_key[key] = task.name
+        rest = task.count
+        mine = task_units[name] = []
+        if name in split:
+            mine += _split_off(task, min(split[name], rest), out, members)
+            rest -= len(mine)
+            if not rest:
+                continue
+        key = (facts.cls[name], named.get(name, ()), name if name in keep else "")
+        u = by_key.get(key)
+        if u is None:
+            u = by_key[key] = name
             out[u] = (task, 0)
             members[u] = []
-        else:
-            u = found
         out[u] = (out[u][0], out[u][1] + rest)
-        members[u].append((task.name, rest))
-        task_units[task.name].append(u)
+        members[u].append((name, rest))
+        mine.append(u)
     return out, task_units, members

@@ -1,0 +1,70 @@
+"""Facts of a plan's tasks, computed once per plan.
+
+Minimisation and intent proofs build many sub-problems of one plan, and a plan written one
+entry per task has thousands of tasks with a few distinct requests: what only depends on the
+tasks (their distinct requests, statements, resource names, decimals) is worked out once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from escher.core.plan import Plan, PlannedTask, ResourceCreation
+from escher.core.resources import Resources
+from escher.verify._statement import Statement, task_statement
+
+
+@dataclass
+class PlanFacts:
+    """What the problem builder needs of a plan's tasks.
+
+    Attributes:
+        requests: The distinct requests, in plan order.
+        creations: The distinct creations, in plan order.
+        rnames: Every resource some task requests, sorted.
+        statements: Statement id -> statement of every task.
+        sid: Task name -> its statement id (``task:<name>``).
+        cls: Task name -> its class: tasks of one class have the same request, creations
+            and concurrency.
+    """
+
+    requests: list[Resources]
+    creations: list[ResourceCreation]
+    rnames: list[str]
+    statements: dict[str, Statement]
+    sid: dict[str, str]
+    cls: dict[str, int]
+
+
+_memo: list[tuple[Plan, tuple[PlannedTask, ...], PlanFacts]] = []
+
+
+def plan_facts(plan: Plan) -> PlanFacts:
+    """The facts of `plan`'s tasks (remembered for the last few plans, while their task
+    lists stay the same)."""
+    tasks = tuple(plan.tasks)
+    for known, known_tasks, facts in _memo:
+        if known is plan and known_tasks == tasks:
+            return facts
+    requests = list(dict.fromkeys(t.resources for t in tasks))
+    statements = {}
+    sid = {}
+    cls: dict[str, int] = {}
+    classes: dict[tuple[Any, ...], int] = {}
+    for t in tasks:
+        st = task_statement(t)
+        statements[st.id] = st
+        sid[t.name] = st.id
+        cls[t.name] = classes.setdefault((t.resources, t.creates, t.concurrent), len(classes))
+    facts = PlanFacts(
+        requests,
+        list(dict.fromkeys(c for t in tasks for c in t.creates)),
+        sorted({r for req in requests for r in req}),
+        statements,
+        sid,
+        cls,
+    )
+    _memo.insert(0, (plan, tasks, facts))
+    del _memo[4:]
+    return facts
