@@ -98,21 +98,26 @@ class KubeApi:
         """One generated-client call with escher's options; the parsed JSON body."""
         return _body(method(*args, _preload_content=False, _request_timeout=self.timeout, **kwargs))
 
+    def _items(self, method: Any, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+        """A list call's items (see `_call`)."""
+        return list(self._call(method, *args, **kwargs).get("items") or [])
+
+    def _delete(self, gone: tuple[int, ...], method: Any, *args: Any, **kwargs: Any) -> bool:
+        """A delete call (see `_call`); False when the server answers one of `gone`."""
+        try:
+            self._call(method, *args, **kwargs)
+        except ApiException as exc:
+            if exc.status in gone:
+                return False
+            raise
+        return True
+
     # --- nodes -----------------------------------------------------------------------
     def get_node(self, name: str) -> dict[str, Any]:
-        return _body(  # type: ignore[no-any-return]
-            self.core.read_node(name, _preload_content=False, _request_timeout=self.timeout)
-        )
+        return self._call(self.core.read_node, name)  # type: ignore[no-any-return]
 
     def list_nodes(self, label_selector: str | None = None) -> list[dict[str, Any]]:
-        found = _body(
-            self.core.list_node(
-                label_selector=label_selector,
-                _preload_content=False,
-                _request_timeout=self.timeout,
-            )
-        )
-        return list(found.get("items") or [])
+        return self._items(self.core.list_node, label_selector=label_selector)
 
     def json_patch_node_status(self, name: str, ops: list[dict[str, Any]]) -> dict[str, Any]:
         return self._call(  # type: ignore[no-any-return]
@@ -132,35 +137,24 @@ class KubeApi:
     # --- pods ------------------------------------------------------------------------
     def list_bound_pods(self) -> list[dict[str, Any]]:
         """Every non-terminated pod bound to a node, in all namespaces."""
-        found = _body(
-            self.core.list_pod_for_all_namespaces(
-                field_selector="spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed",
-                _preload_content=False,
-                _request_timeout=self.timeout,
-            )
+        return self._items(
+            self.core.list_pod_for_all_namespaces,
+            field_selector="spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed",
         )
-        return list(found.get("items") or [])
 
     def list_pods(
         self, namespace: str, label_selector: str | None = None, field_selector: str | None = None
     ) -> tuple[list[dict[str, Any]], str]:
-        found = _body(
-            self.core.list_namespaced_pod(
-                namespace,
-                label_selector=label_selector,
-                field_selector=field_selector,
-                _preload_content=False,
-                _request_timeout=self.timeout,
-            )
+        found = self._call(
+            self.core.list_namespaced_pod,
+            namespace,
+            label_selector=label_selector,
+            field_selector=field_selector,
         )
         return list(found.get("items") or []), str(found["metadata"].get("resourceVersion", ""))
 
     def create_pod(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
-        return _body(  # type: ignore[no-any-return]
-            self.core.create_namespaced_pod(
-                namespace, body, _preload_content=False, _request_timeout=self.timeout
-            )
-        )
+        return self._call(self.core.create_namespaced_pod, namespace, body)  # type: ignore[no-any-return]
 
     def json_patch_pod(self, namespace: str, name: str, ops: list[dict[str, Any]]) -> None:
         self._call(self.core.patch_namespaced_pod, name, namespace, ops, _content_type=JSON_PATCH)
@@ -175,22 +169,14 @@ class KubeApi:
         options: dict[str, Any] = {"gracePeriodSeconds": 0}
         if uid:
             options["preconditions"] = {"uid": uid}
-        try:
-            _body(
-                self.core.delete_namespaced_pod(
-                    name,
-                    namespace,
-                    body=options,
-                    grace_period_seconds=0,
-                    _preload_content=False,
-                    _request_timeout=self.timeout,
-                )
-            )
-        except ApiException as exc:
-            if exc.status in (404, 409):
-                return False
-            raise
-        return True
+        return self._delete(
+            (404, 409),
+            self.core.delete_namespaced_pod,
+            name,
+            namespace,
+            body=options,
+            grace_period_seconds=0,
+        )
 
     def watch_pods(
         self,
@@ -225,67 +211,38 @@ class KubeApi:
             response.release_conn()
 
     def list_events(self, namespace: str, field_selector: str) -> list[dict[str, Any]]:
-        found = _body(
-            self.core.list_namespaced_event(
-                namespace,
-                field_selector=field_selector,
-                _preload_content=False,
-                _request_timeout=self.timeout,
-            )
+        return self._items(
+            self.core.list_namespaced_event, namespace, field_selector=field_selector
         )
-        return list(found.get("items") or [])
 
     # --- leases (coordination.k8s.io) ----------------------------------------------------
     def create_lease(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
-        return _body(  # type: ignore[no-any-return]
-            self.coordination.create_namespaced_lease(
-                namespace, body, _preload_content=False, _request_timeout=self.timeout
-            )
+        return self._call(  # type: ignore[no-any-return]
+            self.coordination.create_namespaced_lease, namespace, body
         )
 
     def get_lease(self, namespace: str, name: str) -> dict[str, Any]:
-        return _body(  # type: ignore[no-any-return]
-            self.coordination.read_namespaced_lease(
-                name, namespace, _preload_content=False, _request_timeout=self.timeout
-            )
+        return self._call(  # type: ignore[no-any-return]
+            self.coordination.read_namespaced_lease, name, namespace
         )
 
     def list_leases(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
-        found = _body(
-            self.coordination.list_namespaced_lease(
-                namespace,
-                label_selector=label_selector,
-                _preload_content=False,
-                _request_timeout=self.timeout,
-            )
+        return self._items(
+            self.coordination.list_namespaced_lease, namespace, label_selector=label_selector
         )
-        return list(found.get("items") or [])
 
     def patch_lease(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        return _body(  # type: ignore[no-any-return]
-            self.coordination.patch_namespaced_lease(
-                name,
-                namespace,
-                body,
-                _content_type=MERGE_PATCH,
-                _preload_content=False,
-                _request_timeout=self.timeout,
-            )
+        return self._call(  # type: ignore[no-any-return]
+            self.coordination.patch_namespaced_lease,
+            name,
+            namespace,
+            body,
+            _content_type=MERGE_PATCH,
         )
 
     def delete_lease(self, namespace: str, name: str) -> bool:
         """Delete a lease; False if it was already gone."""
-        try:
-            _body(
-                self.coordination.delete_namespaced_lease(
-                    name, namespace, _preload_content=False, _request_timeout=self.timeout
-                )
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return False
-            raise
-        return True
+        return self._delete((404,), self.coordination.delete_namespaced_lease, name, namespace)
 
     # --- raw reads ------------------------------------------------------------------------
     def get_path(self, path: str) -> tuple[int, Any]:
