@@ -137,6 +137,27 @@ def wait_until(predicate: Callable[[], bool], timeout: float = WAIT, step: float
     return predicate()
 
 
+def run_threads(target: Callable[[int], None], count: int) -> list[BaseException]:
+    """Call ``target(i)`` for i in ``range(count)``, each on its own thread, all at once.
+
+    Returns what the calls raised, once every thread has ended (each join is bounded).
+    """
+    errors: list[BaseException] = []
+
+    def guarded(i: int) -> None:
+        try:
+            target(i)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(WAIT)
+    return errors
+
+
 class BackendConformance:
     """Behaviour every escher backend must show. Subclass it in a test module."""
 
@@ -314,18 +335,14 @@ class BackendConformance:
         refs: list[Any] = []
         lock = threading.Lock()
 
-        def submit() -> None:
+        def submit(_: int) -> None:
             for _ in range(3):
                 spec = TaskSpec(hold, (0.2,), resources=Resources({name: 1}), duration=1.0)
                 ref = backend.launch(spec)
                 with lock:
                     refs.append(ref)
 
-        threads = [threading.Thread(target=submit) for _ in range(3)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(WAIT)
+        assert not run_threads(submit, 3)
         spans = [r.result(WAIT) for r in refs]
         assert len(spans) == 9 and {s[2] for s in spans} == {node}
         if not backend.clock.virtual:
@@ -341,20 +358,11 @@ class BackendConformance:
     def test_concurrent_set_resource(self, backend: Backend, label: Any) -> None:
         nodes = self.nodes(backend)
         names = [label() for _ in range(12)]
-        errors: list[BaseException] = []
 
         def worker(i: int) -> None:
-            try:
-                backend.set_resource(names[i], i + 1, nodes[i % len(nodes)])
-            except BaseException as exc:
-                errors.append(exc)
+            backend.set_resource(names[i], i + 1, nodes[i % len(nodes)])
 
-        threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(names))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(WAIT)
-        assert not errors
+        assert not run_threads(worker, len(names))
         view = self.ephemeral_view(backend)
         for i, name in enumerate(names):
             assert view[nodes[i % len(nodes)]][name] == i + 1
@@ -481,20 +489,11 @@ class BackendConformance:
     def test_set_resources_concurrently(self, backend: Backend, label: Any) -> None:
         nodes = self.nodes(backend)
         groups = [[label() for _ in range(3)] for _ in range(6)]
-        errors: list[BaseException] = []
 
         def worker(i: int) -> None:
-            try:
-                backend.set_resources({n: i + 1 for n in groups[i]}, nodes[i % len(nodes)])
-            except BaseException as exc:
-                errors.append(exc)
+            backend.set_resources({n: i + 1 for n in groups[i]}, nodes[i % len(nodes)])
 
-        threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(groups))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(WAIT)
-        assert not errors
+        assert not run_threads(worker, len(groups))
         view = self.ephemeral_view(backend)
         for i, names in enumerate(groups):
             assert all(view[nodes[i % len(nodes)]][n] == i + 1 for n in names)
@@ -632,18 +631,14 @@ class BackendConformance:
         said: dict[str, bool] = {}
         lock = threading.Lock()
 
-        def cancel(part: list[Any]) -> None:
-            for ref in part:
+        def cancel(i: int) -> None:
+            for ref in refs[i::3]:
                 outcome = ref.cancel()
                 with lock:
                     said[ref.id] = outcome
 
-        threads = [threading.Thread(target=cancel, args=(refs[i::3],)) for i in range(3)]
         backend.set_resource(name, 2, node)  # room opens while the cancels run
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(WAIT)
+        assert not run_threads(cancel, 3)
         for i, ref in enumerate(refs):
             assert ref.wait(WAIT)
             ran = os.path.exists(tmp_path / f"k{i}")
