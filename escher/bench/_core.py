@@ -155,6 +155,12 @@ def quantiles(values: Sequence[float], points: int = 201) -> list[float]:
     return [percentile(values, 100.0 * i / (points - 1)) for i in range(points)]
 
 
+def check_variant(variant: str, variants: Sequence[str]) -> None:
+    """Raise `ValueError` unless `variant` is one of a workload's `variants`."""
+    if variant not in variants:
+        raise ValueError(f"variant must be one of {tuple(variants)}")
+
+
 def percentile(values: Sequence[float], q: float) -> float:
     """The `q`-th percentile (0-100) by linear interpolation; nan for no values."""
     if not values:

@@ -44,6 +44,7 @@ from escher.bench._core import (
     Link,
     Meter,
     Result,
+    check_variant,
     from_zero,
     median,
     percentile,
@@ -179,8 +180,7 @@ class _Pipelines:
 
 def simulate(variant: str, p: Params, seed: int, meter: Meter) -> dict[str, Any]:
     """One run of every pipeline for `p.iterations` iterations."""
-    if variant not in VARIANTS:
-        raise ValueError(f"variant must be one of {VARIANTS}")
+    check_variant(variant, VARIANTS)
     with meter.simulate(_cluster(p)) as backend:
         sim = _Pipelines(variant, p, backend, random.Random(seed))
         for pipe in range(p.pipelines):

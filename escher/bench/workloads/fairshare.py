@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from escher import esl
-from escher.bench._core import Meter, Result, pyplot
+from escher.bench._core import Meter, Result, check_variant, pyplot
 from escher.core.resources import Resources
 from escher.core.task import TaskSpec
 
@@ -59,8 +59,7 @@ class Params:
 
 def simulate(variant: str, p: Params, seed: int, meter: Meter) -> dict[str, Any]:
     """One run; per-window shares and the steady share of each user in each phase."""
-    if variant not in VARIANTS:
-        raise ValueError(f"variant must be one of {VARIANTS}")
+    check_variant(variant, VARIANTS)
     rng = random.Random(seed)
     cluster = {f"n{i:02d}": {"CPU": p.cpus_per_node} for i in range(p.nodes)}
     busy: dict[str, list[tuple[float, float]]] = {u: [] for u in USERS}

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from escher import esl
-from escher.bench._core import PAPER_STYLE, Meter, Result, from_zero, pyplot, style
+from escher.bench._core import PAPER_STYLE, Meter, Result, check_variant, from_zero, pyplot, style
 from escher.core.resources import Resources
 from escher.core.task import TaskRef, TaskSpec
 
@@ -197,8 +197,7 @@ class _Tune:
 
 def simulate(variant: str, p: Params, seed: int, meter: Meter) -> dict[str, Any]:
     """One tuning experiment of `p.horizon_s` simulated seconds."""
-    if variant not in VARIANTS:
-        raise ValueError(f"variant must be one of {VARIANTS}")
+    check_variant(variant, VARIANTS)
     with meter.simulate(_cluster(p)) as backend:
         tune = _Tune(variant, p, backend, random.Random(seed))
         for _ in range(p.short_slots):

@@ -47,6 +47,7 @@ from escher.bench._core import (
     Meter,
     Result,
     bars_beside_paper,
+    check_variant,
     from_zero,
     median,
     percentile,
@@ -216,8 +217,7 @@ class _Trial:
 
 def simulate(variant: str, p: Params, seed: int, meter: Meter) -> list[float]:
     """`p.trials` gang requests, each on a fresh idle cluster; latencies in seconds."""
-    if variant not in VARIANTS:
-        raise ValueError(f"variant must be one of {VARIANTS}")
+    check_variant(variant, VARIANTS)
     rng = random.Random(seed)
     cluster = {f"n{i:02d}": {"CPU": p.cpus_per_node} for i in range(p.nodes)}
     latencies = []
@@ -235,19 +235,32 @@ def simulate(variant: str, p: Params, seed: int, meter: Meter) -> list[float]:
     return latencies
 
 
+def latency_rows(result: Result, latencies: dict[str, list[float]]) -> None:
+    """One table row per variant: median latency (ms) beside the paper's, and the P95."""
+    for v in VARIANTS:
+        result.add(
+            f"median latency ms: {v}",
+            round(1000 * median(latencies[v]), 1),
+            PAPER_MS[v],
+            f"P95 {1000 * percentile(latencies[v], 95):.1f} ms",
+        )
+
+
+def latency_bars(
+    ax: Any, latencies: dict[str, list[float]], ticks: list[str], label: str, **kwargs: Any
+) -> None:
+    """Median latency (ms) per variant on `ax`, beside the paper's (see `bars_beside_paper`)."""
+    ours = [1000 * median(latencies[v]) for v in VARIANTS]
+    bars_beside_paper(ax, ticks, ours, [PAPER_MS[v] for v in VARIANTS], label, **kwargs)
+
+
 def run(quick: bool = False, seed: int = 0) -> Result:
     """Simulated latencies at 32 nodes / 256 CPUs, a gang-size sweep, a real-time check."""
     p = Params(trials=5) if quick else Params()
     result = Result(NAME, "Gang scheduling latency (32 nodes, 256 CPUs)", plot=plot)
     result.params = {**asdict(p), "seed": seed}
     lat = {v: simulate(v, p, seed, result.meter) for v in VARIANTS}
-    for v in VARIANTS:
-        result.add(
-            f"median latency ms: {v}",
-            round(1000 * median(lat[v]), 1),
-            PAPER_MS[v],
-            f"P95 {1000 * percentile(lat[v], 95):.1f} ms",
-        )
+    latency_rows(result, lat)
     result.add(
         "esl / native",
         round(median(lat["esl"]) / median(lat["native"]), 2),
@@ -323,13 +336,8 @@ def plot(result: Result) -> Any:
     """Median latency per variant beside the paper, and latency vs gang size with the paper's."""
     plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
-    lat = result.data["latencies"]
-    bars_beside_paper(
-        left,
-        ["native", "gang ESL", "app-level"],
-        [1000 * median(lat[v]) for v in VARIANTS],
-        [PAPER_MS[v] for v in VARIANTS],
-        "ours (simulated)",
+    latency_bars(
+        left, result.data["latencies"], ["native", "gang ESL", "app-level"], "ours (simulated)"
     )
     left.set_ylabel("median latency (ms)")
     left.set_title("256-member gang, 32 nodes")

@@ -22,12 +22,11 @@ from typing import Any
 import escher
 from escher import esl
 from escher.backends.base import Backend
-from escher.bench._core import Result, bars_beside_paper, median, percentile, pyplot
+from escher.bench._core import Result, median, pyplot
+from escher.bench.workloads.gang import VARIANTS, latency_bars, latency_rows
 from escher.core.errors import BackendUnavailableError, GetTimeoutError
 
 NAME = "gang-ray"
-VARIANTS = ("native", "esl", "app")
-PAPER_MS = {"native": 381.0, "esl": 892.0, "app": 937.0}
 MEMBERS = 4
 MEMBER_CPUS = 2
 POLL = 0.02
@@ -168,13 +167,7 @@ def summarise(latencies: dict[str, list[float]], seed: int = 0) -> Result:
         "seed": seed,
     }
     result.data = {"latencies": latencies}
-    for v in VARIANTS:
-        result.add(
-            f"median latency ms: {v}",
-            round(1000 * median(latencies[v]), 1),
-            PAPER_MS[v],
-            f"P95 {1000 * percentile(latencies[v], 95):.1f} ms",
-        )
+    latency_rows(result, latencies)
     native = median(latencies["native"])
     result.add("esl / native", round(median(latencies["esl"]) / native, 2), 2.34, "medians")
     result.add("app / esl", round(median(latencies["app"]) / median(latencies["esl"]), 2), 1.05)
@@ -185,12 +178,10 @@ def plot(result: Result) -> Any:
     """Median latency per path beside the paper's (different scale: 4 vs 32 nodes)."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 3.4))
-    lat = result.data["latencies"]
-    bars_beside_paper(
+    latency_bars(
         ax,
+        result.data["latencies"],
         ["native (PG)", "gang ESL", "app-level"],
-        [1000 * median(lat[v]) for v in VARIANTS],
-        [PAPER_MS[v] for v in VARIANTS],
         "ours (4 nodes)",
         paper_label="paper (32 nodes)",
     )

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from escher import esl
-from escher.bench._core import Link, Meter, Result, pyplot, transfer
+from escher.bench._core import Link, Meter, Result, check_variant, pyplot, transfer
 from escher.core.context import current_task
 from escher.core.resources import Resources
 from escher.core.task import TaskRef, TaskSpec
@@ -96,8 +96,7 @@ def _noop() -> None:
 
 def simulate(variant: str, nodes: int, params: Params, seed: int, meter: Meter) -> dict[str, Any]:
     """One run; returns makespan, remote fetches and the time spent fetching."""
-    if variant not in VARIANTS:
-        raise ValueError(f"variant must be one of {VARIANTS}")
+    check_variant(variant, VARIANTS)
     rng = random.Random(seed)
     ids = sorted(_nodes(nodes, params.cpus_per_node))
     mu = math.log(params.map_s) - params.map_sigma**2 / 2
