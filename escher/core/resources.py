@@ -45,6 +45,17 @@ def fits(request: Mapping[str, float], available: Mapping[str, float]) -> bool:
     return all(available.get(name, 0.0) + EPSILON >= q for name, q in request.items())
 
 
+def give_back(used: dict[str, float], request: Mapping[str, float]) -> None:
+    """Subtract `request` from the quantities in `used`, in place; what reaches zero
+    (within `EPSILON`) is dropped. The one rule for releasing what a task held."""
+    for name, quantity in request.items():
+        left = used.get(name, 0.0) - quantity
+        if left > EPSILON:
+            used[name] = left
+        else:
+            used.pop(name, None)
+
+
 def validate_name(name: object) -> str:
     """Return `name` if it can name a resource in a request or on a node.
 

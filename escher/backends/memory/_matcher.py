@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 
-from escher.core.resources import EPSILON, PREDEFINED_RESOURCES, Resources
+from escher.core.resources import EPSILON, PREDEFINED_RESOURCES, Resources, give_back
 
 
 class NodeRecord:
@@ -148,13 +148,8 @@ class Matcher:
         record = self.nodes.get(node_id)
         if record is None:
             return
-        used = record.used
-        for name, quantity in request.items():
-            left = used.get(name, 0.0) - quantity
-            if left > EPSILON:
-                used[name] = left
-            else:
-                used.pop(name, None)
+        give_back(record.used, request)
+        for name in request:
             self._reindex(record, name)
         self._changed_nodes.add(node_id)
 

@@ -25,7 +25,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-EPS = 1e-9
+from escher.core.resources import EPSILON as EPS
+from escher.core.resources import give_back
 
 #: (node, Ray name or label, total, wall-clock stamp)
 Write = tuple[str, str, float, float]
@@ -194,13 +195,7 @@ class ControlActor:
         self._version += 1
 
     def _give_back(self, node: str, units: Mapping[str, float]) -> None:
-        used = self._used.get(node, {})
-        for label, q in units.items():
-            left = used.get(label, 0.0) - q
-            if left > EPS:
-                used[label] = left
-            else:
-                used.pop(label, None)
+        give_back(self._used.get(node, {}), units)
 
     async def purge(self, alive: Sequence[str]) -> None:
         """Forget the table and owner marks of nodes that left the cluster."""
