@@ -271,15 +271,16 @@ class Matcher:
             self._unindex(name, record.id)
 
     def _unhold(self, name: str, node_id: str) -> None:
-        held = self._held.get(name)
-        if held is not None:
-            held.pop(node_id, None)
-            if not held:
-                del self._held[name]
+        _discard(self._held, name, node_id)
 
     def _unindex(self, name: str, node_id: str) -> None:
-        index = self._free.get(name)
-        if index is not None:
-            index.pop(node_id, None)
-            if not index:
-                del self._free[name]
+        _discard(self._free, name, node_id)
+
+
+def _discard(index: dict[str, dict[str, None]], name: str, node_id: str) -> None:
+    """Drop `node_id` from `index[name]`, and `name` once no node is left under it."""
+    nodes = index.get(name)
+    if nodes is not None:
+        nodes.pop(node_id, None)
+        if not nodes:
+            del index[name]
