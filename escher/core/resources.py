@@ -91,6 +91,17 @@ def validate_label(label: object) -> str:
     return label
 
 
+def validate_count(value: object, *, what: str, low: int = 1) -> int:
+    """Return `value` if it is an int (not a bool) of at least `low`: a count of things.
+
+    Raises:
+        ValidationError: otherwise, naming `what`.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValidationError(f"{what} must be an int >= {low}, got {value!r}.")
+    return value
+
+
 def validate_quantity(value: object, *, what: str = "quantity") -> float:
     """Return `value` as a float if it is a finite, non-negative, at most MAX_CAPACITY number.
 

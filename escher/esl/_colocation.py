@@ -26,7 +26,7 @@ from escher.core.plan import Colocated
 from escher.core.resources import MAX_CAPACITY, Resources
 from escher.core.task import TaskRef, TaskSpec
 from escher.esl._constraint import Action, Constraint, Recorder
-from escher.esl._esl import ESL
+from escher.esl._esl import ESL, validate_group
 from escher.esl._explain import Contribution, LabelNote
 from escher.esl._plan_parts import PlanParts
 from escher.esl._policy import Policy, watch_done
@@ -264,10 +264,7 @@ class CoLocation(ESL):
         known: bool,
     ) -> Group:
         self._check_open()
-        if not isinstance(name, str) or not name:
-            raise ValidationError(f"group name must be a non-empty string, got {name!r}.")
-        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
-            raise ValidationError(f"group size must be an int >= 1, got {size!r}.")
+        validate_group(name, size)
         if name in self.groups:
             raise ValidationError(f"{self.source} already has a group {name!r}.")
         if policy is not None and policy.backend is not self.backend:

@@ -31,9 +31,9 @@ from escher.core.cluster import ClusterState
 from escher.core.errors import ValidationError
 from escher.core.nodespec import NodeSpec
 from escher.core.plan import Colocated, Intent, Separated, SpreadAtMost, SpreadEvenly
-from escher.core.resources import MAX_CAPACITY, Resources
+from escher.core.resources import MAX_CAPACITY, Resources, validate_count
 from escher.core.task import TaskRef, TaskSpec
-from escher.esl._esl import ESL
+from escher.esl._esl import ESL, validate_group
 from escher.esl._explain import Contribution, LabelNote
 from escher.esl._plan_parts import PlanParts
 from escher.esl._policy import Policy
@@ -254,8 +254,7 @@ class DomainAntiAffinity(_CountedDomains):
         per_domain: int = 1,
         name: str | None = None,
     ) -> None:
-        if isinstance(per_domain, bool) or not isinstance(per_domain, int) or per_domain < 1:
-            raise ValidationError(f"per_domain must be an int >= 1, got {per_domain!r}.")
+        validate_count(per_domain, what="per_domain")
         self.per_domain = per_domain
         super().__init__(topology, backend, name)
 
@@ -296,9 +295,8 @@ class DomainSpread(_CountedDomains):
         min_domains: int | None = None,
         name: str | None = None,
     ) -> None:
-        for what, value in (("max_skew", max_skew), ("min_domains", min_domains or 1)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValidationError(f"{what} must be an int >= 1, got {value!r}.")
+        validate_count(max_skew, what="max_skew")
+        validate_count(min_domains or 1, what="min_domains")
         self.max_skew = max_skew
         self.min_domains = min_domains
         super().__init__(topology, backend, name)
@@ -353,10 +351,7 @@ class DomainColocation(ESL):
     ) -> DomainGroup:
         """A group of `size` members (None: open), each requesting `resources` by default."""
         self._check_open()
-        if not isinstance(name, str) or not name:
-            raise ValidationError(f"group name must be a non-empty string, got {name!r}.")
-        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
-            raise ValidationError(f"group size must be an int >= 1, got {size!r}.")
+        validate_group(name, size)
         with self._lock:
             if name in self.groups:
                 raise ValidationError(f"{self.source} already has a group {name!r}.")

@@ -22,7 +22,7 @@ from escher.core.cluster import ClusterState
 from escher.core.errors import EscherError, ValidationError
 from escher.core.nodespec import NodeSpec, NodeSpecLike
 from escher.core.plan import Intent
-from escher.core.resources import Resources, validate_label
+from escher.core.resources import Resources, validate_count, validate_label
 from escher.core.task import TaskRef, TaskSpec
 from escher.esl._constraint import Constraint, Recorder
 from escher.esl._explain import Contribution, ledger_contribution
@@ -445,3 +445,15 @@ def node_ids(backend: Backend, nodes: Iterable[str] | NodeSpecLike | None) -> li
     for nid in chosen:
         state.node(nid)  # UnknownNodeError for a bad id
     return chosen
+
+
+def validate_group(name: object, size: object) -> None:
+    """Check a group's name (a non-empty string) and size (None for open, or an int >= 1).
+
+    Raises:
+        ValidationError: either is bad.
+    """
+    if not isinstance(name, str) or not name:
+        raise ValidationError(f"group name must be a non-empty string, got {name!r}.")
+    if size is not None:
+        validate_count(size, what="group size")

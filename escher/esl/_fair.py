@@ -16,6 +16,7 @@ from escher.core.cluster import ClusterState
 from escher.core.errors import ValidationError
 from escher.core.nodespec import NodeSpecLike
 from escher.core.plan import PinnedTo, SpreadAtMost
+from escher.core.resources import validate_count
 from escher.esl._constraint import Constraint
 from escher.esl._esl import ESL, Bound, node_ids
 from escher.esl._ledger import EVERY_NODE
@@ -124,8 +125,7 @@ class Priority(ESL):
         nodes: Iterable[str] | NodeSpecLike | None = None,
         name: str | None = None,
     ) -> None:
-        if isinstance(levels, bool) or not isinstance(levels, int) or levels < 2:
-            raise ValidationError(f"levels must be an int >= 2, got {levels!r}.")
+        validate_count(levels, what="levels", low=2)
         super().__init__(backend, name=name)
         self.levels = levels
         self.unit = self.label("unit")

@@ -17,7 +17,7 @@ from escher.backends.base import Backend
 from escher.core.errors import ValidationError
 from escher.core.nodespec import NodeSpecLike
 from escher.core.plan import SpreadAtMost
-from escher.core.resources import MAX_CAPACITY, Resources
+from escher.core.resources import MAX_CAPACITY, Resources, validate_count
 from escher.core.task import TaskRef
 from escher.esl._constraint import Action, Constraint, Recorder
 from escher.esl._esl import ESL, Bound, node_ids
@@ -132,8 +132,7 @@ class Barrier(ESL):
     def __init__(
         self, parties: int, backend: Backend | None = None, *, name: str | None = None
     ) -> None:
-        if isinstance(parties, bool) or not isinstance(parties, int) or parties < 1:
-            raise ValidationError(f"parties must be an int >= 1, got {parties!r}.")
+        validate_count(parties, what="parties")
         super().__init__(backend, name=name)
         self.parties = parties
         self.labels = [
@@ -190,8 +189,7 @@ class TaskQueue(ESL):
 
     def set_rate(self, rate: int) -> None:
         """Let at most `rate` queued tasks run per node at once (0 pauses the queue)."""
-        if isinstance(rate, bool) or not isinstance(rate, int) or rate < 0:
-            raise ValidationError(f"rate must be an int >= 0, got {rate!r}.")
+        validate_count(rate, what="rate", low=0)
         self._check_open()
         if self._all_nodes:  # every alive node: one bulk call, no cluster read
             self.nodes = self.set_resources({self.unit: rate}, EVERY_NODE)

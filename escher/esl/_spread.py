@@ -11,18 +11,12 @@ from escher.core.cluster import ClusterState
 from escher.core.errors import ValidationError
 from escher.core.nodespec import NodeSpecLike
 from escher.core.plan import Intent, PinnedTo, Separated, SpreadAtMost
-from escher.core.resources import MAX_CAPACITY, Resources
+from escher.core.resources import MAX_CAPACITY, Resources, validate_count
 from escher.core.task import TaskRef, TaskSpec
 from escher.esl._constraint import Constraint, build_spec
 from escher.esl._esl import ESL, Bound, node_ids
 from escher.esl._ledger import EVERY_NODE
 from escher.esl._plan_parts import PlanParts
-
-
-def _positive_int(value: object, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValidationError(f"{what} must be an int >= 1, got {value!r}.")
-    return value
 
 
 class _PerNode(ESL):
@@ -120,7 +114,7 @@ class AntiAffinity(_PerNode):
         groups: Iterable[str] = (),
         name: str | None = None,
     ) -> None:
-        per_node = _positive_int(per_node, "per_node")
+        per_node = validate_count(per_node, what="per_node")
         if ghost and per_node != 1:
             raise ValidationError("ghost anti-affinity takes per_node=1 only.")
         self.ghost = bool(ghost)
@@ -295,9 +289,9 @@ class LoadBalance(_PerNode):
         self._armed = False
         self._tasks = tasks
         if per_node is not None:
-            _positive_int(per_node, "per_node")
+            validate_count(per_node, what="per_node")
         elif tasks is not None:
-            _positive_int(tasks, "tasks")
+            validate_count(tasks, what="tasks")
         super().__init__(backend, name, nodes, per_node)
         self.history.append((self.backend.clock.now(), self.per_node))
 

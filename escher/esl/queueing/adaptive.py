@@ -28,7 +28,7 @@ from statistics import NormalDist
 from escher.backends.base import Backend
 from escher.core.errors import ValidationError
 from escher.core.nodespec import NodeSpecLike
-from escher.core.resources import validate_quantity
+from escher.core.resources import validate_count, validate_quantity
 from escher.esl.queueing.orderings import ORDERINGS, Ordering, ordering_of
 from escher.esl.queueing.planner import QueuedTask
 from escher.esl.queueing.policy import QueueingPolicy
@@ -140,8 +140,7 @@ class AdaptivePolicy(QueueingPolicy):
             raise ValidationError("candidates must name at least one ordering.")
         if objective not in _OBJECTIVES:
             raise ValidationError(f"objective must be one of {_OBJECTIVES}, got {objective!r}.")
-        if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
-            raise ValidationError(f"horizon must be an int >= 1, got {horizon!r}.")
+        validate_count(horizon, what="horizon")
         start = ordering_of(initial) if initial is not None else chosen[0]
         super().__init__(start, backend, nodes=nodes, name=name)
         self.candidates = tuple(chosen)
