@@ -81,6 +81,7 @@ class ESL(Policy):
         self._lock = threading.RLock()
         self._ledger = Ledger()
         self._closed = False
+        self._cycle_requested = False
         self._timers: list[Any] = []
         self._finalizer = weakref.finalize(self, _delete_at_exit, self.backend, self._ledger)
         backend.attach_policy(self)
@@ -251,6 +252,21 @@ class ESL(Policy):
                 self.backend.set_resource(label, 0, node)
             except EscherError as exc:  # its node left: the resource went with it
                 log.debug("deleting %s on %s: %s", label, node, exc)
+
+    # --- a coalesced cycle (policies that re-plan as a whole) ------------------------------
+    def _request_cycle(self) -> None:
+        """Run `_cycle` soon (at the clock's current time), once however often it is asked
+        before it runs; `_cycle` clears the request."""
+        with self._lock:
+            if self._cycle_requested or self._closed:
+                return
+            self._cycle_requested = True
+        self.call_later(0.0, self._cycle)
+
+    def _cycle(self) -> None:
+        """One cycle. An override starts, holding the lock, with this (clear the request)."""
+        with self._lock:
+            self._cycle_requested = False
 
     # --- timers (monitors, timeouts) on the backend's clock --------------------------------
     def call_later(self, delay: float, fn: Callable[[], Any]) -> None:

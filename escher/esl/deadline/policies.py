@@ -142,7 +142,6 @@ class _DeadlineESL(ESL):
         self.jobs: list[JobHandle] = []
         self._seq = itertools.count()
         self._ticking = False
-        self._cycle_soon = False
 
     # --- submission -------------------------------------------------------------------------
     def submit(
@@ -210,13 +209,6 @@ class _DeadlineESL(ESL):
             return [h for h in self.jobs if h.ref is not None and not h.ref.done()]
 
     # --- the cycle --------------------------------------------------------------------------
-    def _request_cycle(self) -> None:
-        with self._lock:
-            if self._cycle_soon or self._closed:
-                return
-            self._cycle_soon = True
-        self.call_later(0.0, self._cycle)
-
     def _tick(self) -> None:
         with self._lock:
             self._ticking = False
@@ -224,7 +216,7 @@ class _DeadlineESL(ESL):
 
     def _cycle(self) -> None:
         with self._lock:
-            self._cycle_soon = False
+            self._cycle_requested = False
             if self._closed:
                 return
             waiting = self.pending()

@@ -97,7 +97,6 @@ class QueueingPolicy(ESL):
         self._queued: dict[str, dict[str, QueuedTask]] = {}  # user -> ref id -> task
         self._running: dict[str, dict[str, QueuedTask]] = {}
         self._quotas: dict[str, dict[str, Vector]] = {}
-        self._pending_cycle = False
         #: Per (user, shape): (count, total seconds) of finished tasks.
         self.runtimes: dict[tuple[str, tuple[tuple[str, float], ...]], tuple[int, float]] = {}
         #: Per job: (count, total seconds, total of squared seconds) of finished tasks.
@@ -274,13 +273,6 @@ class QueueingPolicy(ESL):
         return Contribution(self.source, notes, waiting, "quota")
 
     # --- the cycle ---------------------------------------------------------------------
-    def _request_cycle(self) -> None:
-        with self._lock:
-            if self._pending_cycle or self._closed:
-                return
-            self._pending_cycle = True
-        self.call_later(0.0, self._cycle)
-
     def outstanding(self, limit: int | None = None) -> dict[str, list[QueuedTask]]:
         """User -> outstanding tasks: running first, then at most `limit` queued by age.
 
@@ -330,7 +322,7 @@ class QueueingPolicy(ESL):
 
     def _cycle(self) -> None:
         with self._lock:
-            self._pending_cycle = False
+            self._cycle_requested = False
             if self._closed:
                 return
             plan = plan_quotas(self._ordering, self.capacity, self.outstanding(self._limit()))
