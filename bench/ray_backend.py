@@ -254,10 +254,26 @@ def bench_bulk(backend: RayBackend, nodes: list[str], labels: int, reps: int) ->
     return {"one by one": statistics.median(one), "set_resources": statistics.median(bulk)}
 
 
+def report_throughput(backend: RayBackend, nodes: list[str], n_tasks: int) -> None:
+    r = bench_throughput(backend, nodes, n_tasks)
+    print(f"3. throughput, {n_tasks} no-op tasks, {{CPU: 0.5}} (tasks/s, median of 3)")
+    for name, rate in r.items():
+        print(f"   {name:28s} {rate:8.1f}")
+    plain = r["escher, plain"] / r["raw Ray, plain"]
+    print(f"   escher plain / raw Ray plain:           {plain:.2f}x  target >= 0.80x")
+    print(
+        f"   escher label-steered / raw Ray steered: "
+        f"{r['escher, label-steered'] / r['raw Ray, steered']:.2f}x  target >= 0.80x\n"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     parser.add_argument("--mode", default="resize", choices=["resize", "ledger"])
+    parser.add_argument(
+        "--only", default="all", choices=["all", "throughput"], help="run one part only"
+    )
     args = parser.parse_args()
     n_set, reps, n_tasks, n_labels = (200, 5, 300, 10) if args.quick else (1000, 15, 1000, 20)
 
@@ -274,6 +290,9 @@ def main() -> None:
         )
         print(f"mode={backend.mode}, {len(nodes)} worker nodes\n")
 
+        if args.only == "throughput":
+            report_throughput(backend, nodes, n_tasks)
+            return
         local = RayBackend(address=cluster.address, mode=args.mode, share_writes=False)
         s = bench_set_resource(backend, local, nodes[0], n_set)
         local.close()
@@ -304,16 +323,7 @@ def main() -> None:
             print("   " + text.replace("\n", "\n   "))
         print()
 
-        r = bench_throughput(backend, nodes, n_tasks)
-        print(f"3. throughput, {n_tasks} no-op tasks, {{CPU: 0.5}} (tasks/s, median of 3)")
-        for name, rate in r.items():
-            print(f"   {name:28s} {rate:8.1f}")
-        plain = r["escher, plain"] / r["raw Ray, plain"]
-        print(f"   escher plain / raw Ray plain:           {plain:.2f}x  target >= 0.80x")
-        print(
-            f"   escher label-steered / raw Ray steered: "
-            f"{r['escher, label-steered'] / r['raw Ray, steered']:.2f}x  target >= 0.80x\n"
-        )
+        report_throughput(backend, nodes, n_tasks)
 
         b = bench_bulk(backend, nodes, n_labels, 5)
         print(f"4. setup of {n_labels} labels on {len(nodes)} nodes (median of 5, ms)")

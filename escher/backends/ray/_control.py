@@ -1,10 +1,8 @@
 """The control actor: one named, detached Ray actor per (namespace, prefix).
 
-It serves these jobs, each atomic because the actor runs one asyncio loop:
+It serves these jobs, each atomic because the actor runs one asyncio loop (the start gate
+is not one of them: it lives in Ray's control store, see `escher.backends.ray._gate`):
 
-* the start gate: a task claims its key just before its body runs; a cancel marks a key
-  that has not been claimed, so a cancelled task never runs and a started one is never
-  interrupted;
 * the ledger (ledger mode only): the ephemeral-resource table, node -> label -> (total, used),
   with atomic acquire / release for the tasks pinned to a node, and all-or-nothing grants for
   gangs;
@@ -38,9 +36,6 @@ class ControlActor:
     """State shared by every escher process on one Ray cluster (wrapped by `ray.remote`)."""
 
     def __init__(self) -> None:
-        self._cancelled: set[str] = set()
-        self._started: set[str] = set()  # claimed keys whose task is not known done yet
-        self._fresh: dict[str, dict[str, str]] = {}  # driver -> key -> node, not yet synced
         self._totals: dict[str, dict[str, float]] = {}
         self._used: dict[str, dict[str, float]] = {}
         self._version = 0
@@ -49,31 +44,6 @@ class ControlActor:
         self._owners: dict[tuple[str, str], str] = {}  # (node, name) -> session
         self._leases: dict[str, float] = {}  # session -> wall-clock expiry
         self._started_at = time.time()
-
-    # --- start gate --------------------------------------------------------------------
-    async def claim(self, key: str, node: str) -> bool:
-        """Called by a task before its body runs. False: it was cancelled, do not run."""
-        if key in self._cancelled:
-            self._cancelled.discard(key)
-            return False
-        self._started.add(key)
-        self._fresh.setdefault(key.partition(":")[0], {})[key] = node
-        return True
-
-    async def cancel(self, key: str) -> bool:
-        """Mark `key` cancelled unless it was claimed. True if it will never run."""
-        if key in self._started:
-            return False
-        self._cancelled.add(key)
-        return True
-
-    async def sync(self, driver: str, done: Sequence[str]) -> dict[str, str]:
-        """Keys of `driver` claimed since the last sync (-> node); forget the `done` ones."""
-        fresh = self._fresh.pop(driver, {})
-        for key in done:
-            self._cancelled.discard(key)
-            self._started.discard(key)
-        return fresh
 
     # --- resize mode: recent writes, so every process reads its own and others' at once ---
     async def notes(self, writes: Sequence[Write], session: str = "") -> None:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from escher.backends.base import GarbageReport
+from escher.backends.ray._gate import forget_session
 from escher.backends.ray._state import ray_up, read_raw, wait_for
 from escher.backends.ray._store import EphemeralStore
 
@@ -88,9 +89,12 @@ def collect(
         else:
             removed.append(f"{what} (session {session}, lease expired)")
             plan.setdefault(node, {})[label] = 0.0
+    dead = sorted({s for s in leases if not alive(s)})
+    if not dry_run:
+        for session in dead:  # the start-gate keys those sessions left
+            forget_session(prefix, session, timeout)
     if plan and not dry_run:
         store.write(plan)
-        dead = sorted({s for s in leases if not alive(s)})
         keys = [(n, _stored_name(store, prefix, lbl)) for n, caps in plan.items() for lbl in caps]
         wait_for(control().forget.remote(keys, dead), timeout)
     return GarbageReport(removed=tuple(removed), kept=tuple(kept), dry_run=dry_run)

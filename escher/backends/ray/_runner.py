@@ -4,7 +4,8 @@
 builds a backend attached to the already connected Ray (once per process, with the
 driver's `WorkerConfig.attach`), so that `escher.node_id()` and
 `escher.set_resource(label, capacity)` work inside tasks, then claims the task's start at
-the control actor (a cancelled task returns `CANCELLED` without running).
+the start gate (`escher.backends.ray._gate`; a cancelled task returns `CANCELLED` without
+running).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from escher.backends.ray._config import WorkerConfig
+from escher.backends.ray._gate import claim
 
 #: What a task returns when it was cancelled before its body ran.
 CANCELLED = "__escher_cancelled__"
@@ -72,10 +74,8 @@ def run_task(
 
     backend = worker_backend(config)
     node = ray.get_runtime_context().get_node_id()
-    # Wait on a future, not ray.get: ray.get in a task tells the raylet the worker is
-    # blocked, so Ray frees its CPUs and starts more worker processes (slow, and they pile up).
     try:
-        claimed = backend.control().claim.remote(key, node).future().result(timeout=CLAIM_TIMEOUT)
+        claimed = claim(config.prefix, key, node, CLAIM_TIMEOUT)
     except Exception as exc:
         return GATE_FAILED, node, f"{type(exc).__name__}: {exc}"
     if not claimed:

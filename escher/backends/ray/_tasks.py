@@ -1,8 +1,8 @@
 """The task table: escher tasks this process launched on Ray, from submission to settling.
 
 It submits attempts to Ray (Ray's own retries off: `max_retries=0`,
-`retry_exceptions=False`), learns which attempts started and where from the control
-actor's start gate, settles handles when Ray reports an attempt's end, and asks the one
+`retry_exceptions=False`), learns which attempts started and where from the start gate
+(`escher.backends.ray._gate`), settles handles when Ray reports an attempt's end, and asks the one
 retry rule (`TaskRef.retry`) before running a failed attempt again. Ray's errors become
 escher errors naming the task and the node, with Ray's error chained.
 """
@@ -20,6 +20,7 @@ from typing import Any
 
 from escher.backends.ray._config import WorkerConfig
 from escher.backends.ray._entry import Entry, SplitRequest
+from escher.backends.ray._gate import Gate, attempt_key, block_of, retry_key
 from escher.backends.ray._runner import CANCELLED, GATE_FAILED, bound_runner, run_task
 from escher.backends.ray._state import (
     NodeCache,
@@ -27,7 +28,6 @@ from escher.backends.ray._state import (
     ray_up,
     raylet_reachable,
     read_raw,
-    wait_for,
 )
 from escher.backends.ray._store import EphemeralStore
 from escher.core.errors import NodeDiedError, TaskFailedError
@@ -39,7 +39,7 @@ from escher.core.task import (
     task_error,
 )
 
-#: Seconds between two asks of the control actor which tasks started.
+#: Seconds between two looks at the start gate for the tasks that started.
 SYNC_PERIOD = 0.1
 #: Seconds between two checks that the nodes of running attempts are still alive.
 NODE_CHECK_PERIOD = 1.0
@@ -59,10 +59,9 @@ class TaskTable:
     """Tracks this process's escher tasks on Ray.
 
     Args:
-        session_id: Prefix of the start-gate keys (the control actor's sync is per prefix).
+        session_id: The first part of every start-gate key.
         config: Passed to every task (how the worker builds its backend).
         store: The ephemeral store (routes tasks that request labels).
-        control: Returns the control actor's handle.
         timeout: Seconds every wait on Ray may take.
         explain_wait: Says what a task put back in line waits for (its status reason).
     """
@@ -73,7 +72,6 @@ class TaskTable:
         session_id: str,
         config: WorkerConfig,
         store: EphemeralStore,
-        control: Callable[[], Any],
         timeout: float,
         explain_wait: Callable[[Entry], str],
         nodes: NodeCache,
@@ -83,7 +81,9 @@ class TaskTable:
         self._session = session_id
         self._config = config
         self._store = store
-        self._control = control
+        self._gate = Gate(config.prefix, session_id, timeout)
+        self._blocks: dict[int, int] = {}  # key block -> entries not settled yet
+        self._forget: list[int] = []  # key blocks whose entries all settled
         self._timeout = timeout
         self._explain_wait = explain_wait
         self._nodes = nodes
@@ -94,10 +94,10 @@ class TaskTable:
         self._bound: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
         self._bind_lock = threading.Lock()
         self._seq = itertools.count(1)
+        self._last_block = 0
         self._lock = threading.RLock()
         self._learn_lock = threading.Lock()
         self._by_key: dict[str, Entry] = {}
-        self._done_keys: list[str] = []
         self._completions: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self._settler: threading.Thread | None = None
         self._syncer: threading.Thread | None = None
@@ -111,13 +111,19 @@ class TaskTable:
         if extra:
             options["resources"] = {**options.get("resources", {}), **extra}
         options.update(NO_RAY_RETRIES)
-        key = f"{self._session}:{next(self._seq)}"
+        key = attempt_key(self._session, next(self._seq))
         holder: list[Entry] = []
         ref = TaskRef(spec, canceller=lambda _ref: self.cancel(holder[0]))
         entry = Entry(ref=ref, request=request, options=options, key=key)
         holder.append(entry)
+        block = block_of(key)
         with self._lock:
             self._by_key[key] = entry
+            self._blocks[block] = self._blocks.get(block, 0) + 1
+            if block > self._last_block:
+                if self._last_block not in self._blocks:  # it settled while it was the last
+                    self._forget.append(self._last_block)
+                self._last_block = block
         return entry
 
     def live(self) -> list[Entry]:
@@ -307,8 +313,7 @@ class TaskTable:
             if not entry.ref.retry(cause, why):
                 return False
             self._by_key.pop(entry.key, None)
-            self._done_keys.append(entry.key)
-            entry.key = f"{entry.key.split('.')[0]}.{entry.ref.retries}"
+            entry.key = retry_key(entry.key, entry.ref.retries)
             entry.object_ref = None
             self._by_key[entry.key] = entry
         self._store.release(entry)
@@ -359,7 +364,7 @@ class TaskTable:
             live = self._by_key.get(entry.key) is entry
             if live:
                 del self._by_key[entry.key]
-                self._done_keys.append(entry.key)
+                self._settled(block_of(entry.key))
             if cancelled:
                 entry.ref.set_cancelled()
             elif error is not None:
@@ -370,6 +375,15 @@ class TaskTable:
             self._store.release(entry)
             if entry.gang is not None:
                 entry.gang.member_done()
+
+    def _settled(self, block: int) -> None:  # called with self._lock held
+        left = self._blocks.get(block, 1) - 1
+        if left > 0:
+            self._blocks[block] = left
+            return
+        self._blocks.pop(block, None)
+        if block < self._last_block:
+            self._forget.append(block)  # a full block, all settled: its keys can go
 
     def _drop(self, entry: Entry) -> None:
         """An entry that will never be submitted (cancelled first)."""
@@ -412,7 +426,7 @@ class TaskTable:
             if self._by_key.get(key) is not entry:
                 return entry.ref.state.value == "cancelled"
         try:
-            will_not_run = wait_for(self._control().cancel.remote(key), self._timeout)
+            will_not_run = self._gate.cancel(key)
         except Exception:
             return False
         if not will_not_run:
@@ -463,7 +477,7 @@ class TaskTable:
                     )
 
     def _sync_loop(self) -> None:
-        """Learn which attempts started (and where) from the control actor's gate; every
+        """Learn which attempts started (and where) from the start gate; every
         `NODE_CHECK_PERIOD`, put back in line the attempts whose node left the cluster."""
         last_check = time.monotonic()
         while not self._closed and ray_up():
@@ -478,23 +492,29 @@ class TaskTable:
                 self._check_nodes()
 
     def _learn_starts(self) -> bool:
-        """Ask the gate which attempts started since the last time (and where), and mark
-        them running; False if the control actor did not answer. One at a time: a settle
-        that waits for it then sees every start the gate reported before."""
+        """Ask the gate which submitted attempts started (and where), and mark them running;
+        False if the gate did not answer. One at a time: a settle that waits for it then
+        sees every start the gate reported before."""
         with self._learn_lock:
             return self._learn_starts_locked()
 
     def _learn_starts_locked(self) -> bool:
         with self._lock:
-            done, self._done_keys = self._done_keys, []
+            waiting = {
+                key
+                for key, e in self._by_key.items()
+                if e.object_ref is not None and e.ref.state is TaskState.PENDING
+            }
+            forget, self._forget = self._forget, []
+        for block in forget:
+            with contextlib.suppress(Exception):  # left for garbage collection
+                self._gate.forget_block(block)
         try:
-            fresh = wait_for(self._control().sync.remote(self._session, done), self._timeout)
+            started = self._gate.started(waiting)
         except Exception:
-            with self._lock:
-                self._done_keys.extend(done)
             return False
         with self._lock:
-            for key, node in fresh.items():
+            for key, node in started.items():
                 entry = self._by_key.get(key)
                 if entry is not None and entry.ref.state is TaskState.PENDING:
                     entry.where = node
@@ -508,7 +528,7 @@ class TaskTable:
         if not self._learn_starts():
             return False
         with self._lock:
-            if idle and not self._by_key and not self._done_keys and not self._parked:
+            if idle and not self._by_key and not self._forget and not self._parked:
                 self._syncer = None
                 return True
         return False
@@ -554,3 +574,8 @@ class TaskTable:
         for thread in (self._syncer, self._settler):
             if thread is not None and thread is not threading.current_thread():
                 thread.join(timeout=2.0)
+        with self._lock:
+            settled = not self._by_key
+        if settled:  # else a cancel mark must stay: left for garbage collection
+            with contextlib.suppress(Exception):
+                self._gate.forget(f"{self._session}:")

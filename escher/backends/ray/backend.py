@@ -163,7 +163,6 @@ class RayBackend(Backend):
             session_id=self.session_id,
             config=config,
             store=self._store,
-            control=self.control,
             timeout=timeout,
             explain_wait=self._explain_wait,
             nodes=self._cache,

@@ -61,15 +61,6 @@ def test_owner_marks_and_leases() -> None:
     assert "s1" not in info["leases"] and info["totals"] == {"a": {"y": 2}}
 
 
-def test_start_gate_cancel_wins_only_before_the_claim() -> None:
-    actor = ControlActor()
-    assert run(actor.cancel("d:1")) is True
-    assert run(actor.claim("d:1", "n")) is False
-    assert run(actor.claim("d:2", "n")) is True
-    assert run(actor.cancel("d:2")) is False
-    assert run(actor.sync("d", ["d:1"])) == {"d:2": "n"}
-
-
 def test_gang_fit_by_totals() -> None:
     nodes = {"a": Resources({"CPU": 2}), "b": Resources({"CPU": 2})}
     cpu = Resources({"CPU": 1})

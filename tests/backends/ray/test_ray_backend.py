@@ -311,3 +311,44 @@ def test_esl_gang_on_ray_both_paths(resize: Any) -> None:
         with esl.Gang(resize, mode=mode, timeout=5.0, seed=1) as gang:
             run = gang.run([esl.Member(here, resources={"CPU": 2}) for _ in range(4)])
             assert len(set(run.results(timeout=WAIT))) == 4
+
+
+def test_start_gate_cancel_wins_only_before_the_claim(resize: Any) -> None:
+    from escher.backends.ray._gate import Gate, attempt_key, claim
+
+    prefix, session = resize.prefix, f"gate-{uuid.uuid4().hex[:8]}"
+    gate = Gate(prefix, session, WAIT)
+    first, second = attempt_key(session, 1), attempt_key(session, 2)
+    try:
+        assert gate.cancel(first) is True
+        assert claim(prefix, first, "n1", WAIT) is False  # cancelled first: never runs
+        assert claim(prefix, second, "n2", WAIT) is True
+        assert claim(prefix, second, "n3", WAIT) is False  # claimed once only
+        assert gate.cancel(second) is False  # started: too late
+        assert gate.cancel(first) is True  # cancelling again changes nothing
+        assert gate.started({first, second}) == {second: "n2"}
+    finally:
+        gate.forget(f"{session}:")
+    assert gate.started({first, second}) == {}
+
+
+def test_start_gate_keys_of_settled_blocks_are_removed(
+    resize: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ray.experimental import internal_kv
+
+    from escher.backends.ray import _gate
+
+    monkeypatch.setattr(_gate, "BLOCK", 4)  # the driver's key blocks: 4 tasks each
+    refs = [resize.launch(TaskSpec(here, resources=Resources({"CPU": 0.1}))) for _ in range(10)]
+    escher.get(refs, timeout=WAIT)
+
+    def listed() -> set[str]:
+        found = internal_kv.global_gcs_client.internal_kv_keys(
+            f"{resize.prefix}{resize.session_id}:".encode(), _gate.NAMESPACE
+        )
+        return {key.decode().split(":")[-2] for key in found}
+
+    # Blocks 0 and 1 (tasks 1-7) are full and settled: their keys go; block 2 is the last.
+    assert wait_until(lambda: not listed() & {"0", "1"}, timeout=WAIT)
+    assert "2" in listed()
