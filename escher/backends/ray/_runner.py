@@ -53,10 +53,13 @@ def worker_backend(config: WorkerConfig) -> Any:
 
 def bound_runner(config: WorkerConfig, fn: Callable[..., Any]) -> Callable[..., Any]:
     """`run_task` with `config` and `fn` bound: for a function launched again and again, Ray
-    then ships both once (when it exports the remote function), not with every task."""
+    then ships both once (when it exports the remote function), not with every task. A task
+    without arguments is sent its key only (Ray serializes each argument on its own)."""
 
-    def escher_task(key: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
-        return run_task(config, key, fn, args, kwargs)
+    def escher_task(
+        key: str, args: tuple[Any, ...] = (), kwargs: Mapping[str, Any] | None = None
+    ) -> Any:
+        return run_task(config, key, fn, args, kwargs or {})
 
     escher_task.__name__ = escher_task.__qualname__ = getattr(fn, "__name__", "escher_task")
     return escher_task

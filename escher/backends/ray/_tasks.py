@@ -196,6 +196,8 @@ class TaskTable:
         remote, bound = self._remote_for(spec.fn)
         options = self._options(remote, entry, strategy)
         if bound:
+            if not spec.args and not spec.kwargs:
+                return options.remote(entry.key)
             return options.remote(entry.key, spec.args, dict(spec.kwargs))
         return options.remote(self._config, entry.key, spec.fn, spec.args, dict(spec.kwargs))
 
