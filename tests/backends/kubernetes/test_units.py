@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -27,6 +28,7 @@ from escher.backends.kubernetes._payload import (
     encode_value,
 )
 from escher.backends.kubernetes._pods import resource_block
+from escher.backends.kubernetes._retry import transient
 from escher.backends.kubernetes._state import NodeRecord, Usage, build_state
 from escher.core.errors import (
     ConfigError,
@@ -277,3 +279,41 @@ def test_bad_options_are_refused_before_connecting(options: dict[str, Any]) -> N
 
     with pytest.raises(ConfigError):
         KubernetesBackend(kubeconfig="/no/such/kubeconfig", **options)
+
+
+def _refusal(status: int, text: str) -> Exception:
+    from kubernetes.client.exceptions import ApiException
+
+    exc = ApiException(status=status, reason="Forbidden" if status == 403 else "Error")
+    exc.body = json.dumps({"kind": "Status", "code": status, "message": text})
+    return exc
+
+
+@pytest.mark.parametrize(
+    ("status", "text", "again"),
+    [
+        # What a shutting-down API server answered a create (recorded on the test plane).
+        (403, 'pods "p" is forbidden: Get "https://127.0.0.1:58287/api/v1/namespaces/'
+              'default/limitranges": dial tcp 127.0.0.1:58287: connect: connection refused',
+         True),
+        (500, "etcdserver: request timed out", True),
+        (503, "the server is currently unable to handle the request", True),
+        (429, "too many requests", True),
+        # Verdicts on the request itself.
+        (403, 'pods is forbidden: User "system:serviceaccount:batch:escher" cannot create '
+              'resource "pods" in API group "" in the namespace "other"', False),
+        (403, 'admission webhook "deny.example.com" denied the request: no', False),
+        (422, 'Pod "p" is invalid: spec.containers[0].image: Required value', False),
+        (404, "dial tcp: connection refused", False),  # gone is gone, whatever it says
+        (409, 'pods "p" already exists', False),
+    ],
+)  # fmt: skip
+def test_a_refusal_is_retried_only_when_the_server_could_not_reach_its_backends(
+    status: int, text: str, again: bool
+) -> None:
+    assert transient(_refusal(status, text)) is again
+
+
+def test_no_answer_is_always_retried() -> None:
+    assert transient(ConnectionRefusedError("refused"))
+    assert not transient(KeyboardInterrupt())
