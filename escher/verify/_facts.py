@@ -27,6 +27,8 @@ class PlanFacts:
         sid: Task name -> its statement id (``task:<name>``).
         cls: Task name -> its class: tasks of one class have the same request, creations
             and concurrency.
+        pos: Task name -> its position in the plan.
+        makers: Label -> the tasks that create it, in plan order.
     """
 
     requests: list[Resources]
@@ -35,6 +37,8 @@ class PlanFacts:
     statements: dict[str, Statement]
     sid: dict[str, str]
     cls: dict[str, int]
+    pos: dict[str, int]
+    makers: dict[str, list[str]]
 
 
 _memo: list[tuple[Plan, tuple[PlannedTask, ...], PlanFacts]] = []
@@ -44,8 +48,9 @@ def plan_facts(plan: Plan) -> PlanFacts:
     """The facts of `plan`'s tasks (remembered for the last few plans, while their task
     lists stay the same)."""
     tasks = tuple(plan.tasks)
-    for known, known_tasks, facts in _memo:
+    for j, (known, known_tasks, facts) in enumerate(_memo):
         if known is plan and known_tasks == tasks:
+            _memo.insert(0, _memo.pop(j))
             return facts
     requests = list(dict.fromkeys(t.resources for t in tasks))
     statements = {}
@@ -64,7 +69,12 @@ def plan_facts(plan: Plan) -> PlanFacts:
         statements,
         sid,
         cls,
+        {t.name: i for i, t in enumerate(tasks)},
+        {},
     )
+    for t in tasks:
+        for c in t.creates:
+            facts.makers.setdefault(c.label, []).append(t.name)
     _memo.insert(0, (plan, tasks, facts))
-    del _memo[4:]
+    del _memo[8:]
     return facts

@@ -31,6 +31,7 @@ from escher.core.plan import (
 )
 from escher.verify._check import check_placement, intent_violation
 from escher.verify._engine import decide
+from escher.verify._facts import plan_facts
 from escher.verify._problem import Mods
 from escher.verify._result import IntentResult, IntentStatus
 from escher.verify._topology import EACH_NODE, domains_for, topology_key
@@ -43,21 +44,17 @@ SCENARIO_LIMIT = 200
 def intent_subplan(plan: Plan, intent: Intent) -> Plan:
     """The policy structure of `intent`: its tasks, the tasks that create labels they
     request, the planned resources of those labels, and gangs among them."""
-    by_name = {t.name: t for t in plan.tasks}
-    makers: dict[str, list[str]] = {}
-    for t in plan.tasks:
-        for c in t.creates:
-            makers.setdefault(c.label, []).append(t.name)
-    keep: dict[str, None] = {}
-    todo = [n for n in intent.tasks if n in by_name]
+    facts = plan_facts(plan)
+    keep: set[str] = set()
+    todo = [n for n in intent.tasks if n in facts.pos]
     while todo:
         name = todo.pop()
         if name in keep:
             continue
-        keep[name] = None
-        for r in by_name[name].resources:
-            todo.extend(m for m in makers.get(r, ()) if m not in keep)
-    tasks = [t for t in plan.tasks if t.name in keep]
+        keep.add(name)
+        for r in plan.tasks[facts.pos[name]].resources:
+            todo.extend(m for m in facts.makers.get(r, ()) if m not in keep)
+    tasks = [plan.tasks[i] for i in sorted(facts.pos[n] for n in keep)]
     labels = {r for t in tasks for r in t.resources} | {c.label for t in tasks for c in t.creates}
     sub = Plan(topologies={k: dict(v) for k, v in plan.topologies.items()})
     for res in plan.resources:

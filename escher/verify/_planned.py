@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import heapq
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from escher.core.cluster import ClusterState, Node
 from escher.core.errors import ValidationError
-from escher.core.plan import Plan
+from escher.core.nodespec import NodeSpec
+from escher.core.plan import Plan, PlannedResource
 from escher.verify._scales import cap_units, scales, to_units
 from escher.verify._statement import Statement
 
@@ -40,37 +44,82 @@ class NodePart:
     warnings: list[str]
 
 
-def _select(
-    spec: Any, nodes: list[Node], avail: list[dict[str, float]], memo: dict[Any, list[int]]
-) -> list[int]:
-    """Nodes a non-local, non-id spec picks now; `memo` keeps answers until a label they
-    depend on changes."""
-    key = (spec.having, tuple(sorted((spec.labels or {}).items())), spec.num_nodes)
-    if key not in memo:
-        memo[key] = _select_now(spec, nodes, avail)
-    return memo[key]
+@dataclass
+class _Class:
+    """Nodes that are the same for the planned resources so far: availability, totals,
+    labels, and which planned resource set each label."""
+
+    members: list[int]
+    avail: dict[str, float]
+    total: dict[str, float]
+    labels: Mapping[str, str]
+    src: dict[str, str] = field(default_factory=dict)
+
+    def split(self, chosen: list[int]) -> _Class:
+        """The `chosen` members as a class of their own (self keeps the others)."""
+        if len(chosen) == len(self.members):
+            return self
+        gone = set(chosen)
+        self.members = [k for k in self.members if k not in gone]
+        return _Class(chosen, dict(self.avail), dict(self.total), self.labels, dict(self.src))
 
 
-def _select_now(spec: Any, nodes: list[Node], avail: list[dict[str, float]]) -> list[int]:
-    from escher.core.resources import Resources
-
-    chosen = []
+def _classes(nodes: list[Node]) -> list[_Class]:
+    """Alive nodes grouped by availability, totals and labels (in node order)."""
+    by_key: dict[tuple[Any, ...], _Class] = {}
     for k, node in enumerate(nodes):
-        if spec.having is not None:
-            ok = Resources.of(spec.having).fits_in(avail[k])
+        key = (
+            tuple(sorted(node.available.items())),
+            tuple(sorted(node.total.items())),
+            tuple(sorted(node.labels.items())),
+        )
+        cls = by_key.get(key)
+        if cls is None:
+            by_key[key] = _Class(
+                [k], dict(node.available.items()), dict(node.total.items()), node.labels
+            )
         else:
-            ok = all(node.labels.get(a) == b for a, b in (spec.labels or {}).items())
-        if ok:
-            chosen.append(k)
-            if spec.num_nodes is not None and len(chosen) >= spec.num_nodes:
-                break
-    return chosen
+            cls.members.append(k)
+    return list(by_key.values())
+
+
+def _matches(spec: NodeSpec, cls: _Class) -> bool:
+    if spec.having is not None:
+        return spec.having.fits_in(cls.avail)
+    return all(cls.labels.get(a) == b for a, b in (spec.labels or {}).items())
+
+
+def _choose(
+    spec: NodeSpec, classes: list[_Class], index: dict[str, int], owner: list[_Class]
+) -> list[tuple[_Class, list[int]]]:
+    """The classes a spec picks now, each with the members it picks (the first
+    `num_nodes` matching nodes in node order, all of them without a limit)."""
+    if spec.node_id is not None:
+        k = index.get(spec.node_id)
+        return [] if k is None else [(owner[k], [k])]
+    hits = [c for c in classes if _matches(spec, c)]
+    if spec.num_nodes is None:
+        return [(c, c.members) for c in hits]
+    first = list(itertools.islice(heapq.merge(*(c.members for c in hits)), spec.num_nodes))
+    chosen = set(first)
+    picked = [(c, [k for k in c.members if k in chosen]) for c in hits]
+    return [(c, ks) for c, ks in picked if ks]
+
+
+def _resource_statement(i: int, res: PlannedResource, count: int) -> Statement:
+    sid = f"res:{i}"
+    text = (
+        f"capacity {res.capacity:g} of {res.label!r} on {res.node_spec.describe()} "
+        f"({count} node(s), {res.source})"
+    )
+    return Statement(sid, "resource", text, res.source)
 
 
 def apply_planned(
     plan: Plan, state: ClusterState, rnames: tuple[str, ...], scale: tuple[int, ...]
 ) -> NodePart:
-    """Stage 2: apply the planned resources in order; integer capacity keys per node.
+    """Stage 2: apply the planned resources in order, to classes of identical nodes (not
+    node by node); integer capacity keys per node.
 
     Raises:
         ValidationError: a planned resource on "the caller's node" (a plan cannot resolve it).
@@ -79,11 +128,12 @@ def apply_planned(
     nodes = [n for _, n in sorted(state.nodes.items()) if n.alive]
     ids = [n.id for n in nodes]
     index = {nid: i for i, nid in enumerate(ids)}
-    avail = [dict(n.available.items()) for n in nodes]
-    total = [dict(n.total.items()) for n in nodes]
-    src: list[dict[str, str]] = [{} for _ in nodes]
+    classes = _classes(nodes)
+    owner = [classes[0]] * len(nodes) if classes else []
+    for c in classes:
+        for k in c.members:
+            owner[k] = c
     statements: dict[str, Statement] = {}
-    memo: dict[Any, list[int]] = {}
     for i, res in enumerate(plan.resources):
         spec = res.node_spec
         if spec.is_local:
@@ -92,33 +142,28 @@ def apply_planned(
                 "caller's node), which a plan cannot resolve; declare it with creates= on the "
                 "task that makes it, or give a node id, resource vector or labels."
             )
-        if spec.node_id is not None:
-            chosen = [index[spec.node_id]] if spec.node_id in index else []
-        else:
-            chosen = _select(spec, nodes, avail, memo)
-        if not chosen:
+        chosen = [cls.split(ks) for cls, ks in _choose(spec, classes, index, owner)]
+        for c in chosen:
+            if all(c is not d for d in classes):
+                classes.append(c)
+                for k in c.members:
+                    owner[k] = c
+        count = sum(len(c.members) for c in chosen)
+        if not count:
             warnings.append(f"{res.source}: {spec.describe()} selects no node; it creates nothing.")
-        sid = f"res:{i}"
-        statements[sid] = Statement(
-            sid,
-            "resource",
-            f"capacity {res.capacity:g} of {res.label!r} on {spec.describe()} "
-            f"({len(chosen)} node(s), {res.source})",
-            res.source,
-        )
-        for key in [k for k in memo if k[0] is not None and res.label in k[0]]:
-            del memo[key]  # availability of this label changes below
-        for k in chosen:
-            held = max(0.0, total[k].get(res.label, 0.0) - avail[k].get(res.label, 0.0))
-            total[k][res.label] = res.capacity
-            avail[k][res.label] = max(0.0, res.capacity - held)
-            src[k][res.label] = sid
+        st = statements[f"res:{i}"] = _resource_statement(i, res, count)
+        for c in chosen:
+            held = max(0.0, c.total.get(res.label, 0.0) - c.avail.get(res.label, 0.0))
+            c.total[res.label] = res.capacity
+            c.avail[res.label] = max(0.0, res.capacity - held)
+            c.src[res.label] = st.id
     ridx = {r: i for i, r in enumerate(rnames)}
     zero = [cap_units(0.0, sc) for sc in scale]
-    keys = [
-        _node_key(node, avail[k], total[k], src[k], ridx, scale, zero)
-        for k, node in enumerate(nodes)
-    ]
+    keys: list[tuple[Any, ...]] = [()] * len(nodes)
+    for c in classes:
+        key = _node_key(nodes[c.members[0]], c.avail, c.total, c.src, ridx, scale, zero)
+        for k in c.members:
+            keys[k] = key
     return NodePart(nodes, ids, index, keys, statements, warnings)
 
 

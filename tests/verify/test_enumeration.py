@@ -6,6 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from escher.core.cluster import ClusterState
+from escher.core.nodespec import NodeSpec
 from escher.core.plan import (
     Colocated,
     Gang,
@@ -41,8 +42,16 @@ def instances(draw: st.DrawFn) -> tuple[Plan, ClusterState]:
         )
     state = ClusterState.from_dict({"nodes": nodes})
     plan = Plan()
-    if draw(st.booleans()):
-        spec = draw(st.sampled_from([{"CPU": 1}, {"GPU": 1}, "n0"]))
+    specs = [
+        {"CPU": 1},
+        {"GPU": 1},
+        "n0",
+        NodeSpec.with_labels({"zone": "a"}),
+        NodeSpec.with_available({"CPU": 1}, num_nodes=2),
+        NodeSpec.with_labels({"zone": "b"}, num_nodes=1),
+    ]
+    for _ in range(draw(st.integers(0, 2))):  # a second one overrides the first where both go
+        spec = draw(st.sampled_from(specs))
         plan.add_resource("anti", draw(st.integers(1, 2)), spec, source="AntiAffinity")
     replicas = 0
     n_tasks = draw(st.integers(1, 3))
