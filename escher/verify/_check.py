@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from escher.core.cluster import ClusterState
 from escher.core.nodespec import NodeSpec
@@ -17,6 +18,7 @@ from escher.core.plan import (
     Intent,
     PinnedTo,
     Plan,
+    PlannedResource,
     PlannedTask,
     Separated,
     SpreadAtMost,
@@ -30,32 +32,74 @@ __all__ = ["check_placement", "intent_violation"]
 def _capacities(
     plan: Plan, state: ClusterState
 ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
-    """(available, held) per alive node after applying the planned resources in order."""
+    """(available, held) per alive node after applying the planned resources in order
+    (nodes of a group share their dicts: read them, never change them).
+
+    Nodes that start alike (availability, totals, labels) and were picked by the same
+    planned resources so far share one entry: a resource picks or skips them together
+    unless it names a node or a number of nodes.
+    """
+    alive = sorted(nid for nid, node in state.nodes.items() if node.alive)
+    shared: dict[tuple[tuple[tuple[str, Any], ...], ...], list[str]] = {}
+    for nid in alive:
+        node = state.nodes[nid]
+        key = tuple(tuple(sorted(v.items())) for v in (node.available, node.total, node.labels))
+        shared.setdefault(key, []).append(nid)
+    # A group: its nodes (in id order), their labels, availability and totals.
+    groups = [
+        (
+            nids,
+            state.nodes[nids[0]].labels,
+            dict(state.nodes[nids[0]].available),
+            dict(state.nodes[nids[0]].total),
+        )
+        for nids in shared.values()
+    ]
+    for res in plan.resources:
+        groups = _apply(res, groups)
     avail: dict[str, dict[str, float]] = {}
     held: dict[str, dict[str, float]] = {}
-    total: dict[str, dict[str, float]] = {}
-    for nid in sorted(state.nodes):
-        node = state.nodes[nid]
-        if node.alive:
-            avail[nid] = dict(node.available)
-            total[nid] = dict(node.total)
-    for res in plan.resources:
-        spec = res.node_spec
-        if spec.node_id is not None:
-            chosen = [spec.node_id] if spec.node_id in avail else []
+    for nids, _labels, a, tot in groups:
+        h = {k: max(0.0, tot.get(k, 0.0) - a.get(k, 0.0)) for k in tot}
+        for nid in nids:
+            avail[nid], held[nid] = a, h
+    return {nid: avail[nid] for nid in alive}, {nid: held[nid] for nid in alive}
+
+
+_Group = tuple[list[str], Mapping[str, str], dict[str, float], dict[str, float]]
+
+
+def _picked(spec: NodeSpec, groups: list[_Group]) -> Sequence[set[str] | bool]:
+    """Per group: True (all its nodes), False (none) or the nodes `spec` picks."""
+    if spec.node_id is not None:
+        return [{spec.node_id} if spec.node_id in nids else False for nids, *_ in groups]
+    hit = [_selects(spec, labels, a) for _, labels, a, _ in groups]
+    if spec.num_nodes is None:
+        return hit
+    first = set(
+        sorted(n for g, ok in zip(groups, hit, strict=True) if ok for n in g[0])[: spec.num_nodes]
+    )
+    return [first & set(g[0]) if ok else False for g, ok in zip(groups, hit, strict=True)]
+
+
+def _apply(res: PlannedResource, groups: list[_Group]) -> list[_Group]:
+    """The groups after one planned resource (a group it picks in part is split)."""
+    out: list[_Group] = []
+    for (nids, labels, a, tot), picked in zip(groups, _picked(res.node_spec, groups), strict=True):
+        if isinstance(picked, bool):
+            mine, rest = (nids, []) if picked else ([], nids)
         else:
-            chosen = [nid for nid in avail if _selects(spec, state.nodes[nid].labels, avail[nid])]
-            if spec.num_nodes is not None:
-                chosen = chosen[: spec.num_nodes]
-        for nid in chosen:
-            in_use = max(0.0, total[nid].get(res.label, 0.0) - avail[nid].get(res.label, 0.0))
-            total[nid][res.label] = res.capacity
-            avail[nid][res.label] = max(0.0, res.capacity - in_use)
-    for nid in avail:
-        held[nid] = {
-            k: max(0.0, total[nid].get(k, 0.0) - avail[nid].get(k, 0.0)) for k in total[nid]
-        }
-    return avail, held
+            mine = [n for n in nids if n in picked]
+            rest = [n for n in nids if n not in picked]
+        if rest:
+            out.append((rest, labels, a, tot))
+        if mine:
+            a2, t2 = dict(a), dict(tot)
+            in_use = max(0.0, tot.get(res.label, 0.0) - a.get(res.label, 0.0))
+            t2[res.label] = res.capacity
+            a2[res.label] = max(0.0, res.capacity - in_use)
+            out.append((mine, labels, a2, t2))
+    return out
 
 
 def _selects(spec: NodeSpec, labels: Mapping[str, str], avail: Mapping[str, float]) -> bool:
@@ -184,13 +228,14 @@ def _with_creations(
     held: dict[str, dict[str, float]],
 ) -> dict[str, dict[str, float]]:
     """Per node capacities once the tasks placed there created their labels."""
-    cap: dict[str, dict[str, float]] = {n: dict(a) for n, a in avail.items()}
+    cap: dict[str, dict[str, float]] = dict(avail)
     made: dict[str, dict[str, float]] = defaultdict(dict)
     for t in plan.tasks:
         for n in placement[t.name]:
             for c in t.creates:
                 made[n][c.label] = max(made[n].get(c.label, 0.0), c.capacity)
     for n, labels in made.items():
+        cap[n] = dict(avail[n])  # its own copy: the group's dict is shared
         for label, made_cap in labels.items():
             cap[n][label] = max(0.0, made_cap - held[n].get(label, 0.0))
     return cap
