@@ -165,12 +165,13 @@ def _compiled(kind: str) -> Any:
     return fastjsonschema.compile(schema(kind))
 
 
-# Task fields whose value does not change whether an entry is valid beyond its type (and,
-# for a name, being empty): entries differing only there share one validation.
-_FREE_TEXT = ("name", "source")
+# Per file kind: the list of entries, and the entry fields whose value does not change
+# whether an entry is valid beyond its type and being empty (names, ids, sources): entries
+# differing only there share one validation.
+_ENTRIES = {"plan": ("tasks", ("name", "source")), "cluster": ("nodes", ("id",))}
 
 
-def _entry_shape(entry: Any) -> Hashable | None:
+def _entry_shape(entry: Any, free: tuple[str, ...]) -> Hashable | None:
     """What decides whether a task entry is valid: every field with its value and type, the
     free-text fields by type and emptiness only. None for an entry that is not an object
     (it is validated on its own)."""
@@ -178,7 +179,7 @@ def _entry_shape(entry: Any) -> Hashable | None:
         return None
     key: list[Hashable] = []
     for field, value in entry.items():
-        if field in _FREE_TEXT:
+        if field in free:
             key.append((field, type(value), value == ""))
         elif type(value) is dict:
             key.append((field, tuple(value.items()), tuple(map(type, value.values()))))
@@ -187,16 +188,17 @@ def _entry_shape(entry: Any) -> Hashable | None:
     return tuple(key)
 
 
-def _by_shape(data: Any) -> Any:
-    """A plan document with one task entry per shape (`_entry_shape`): it is valid exactly
-    when `data` is, so a plan written one entry per task is validated at the cost of its
-    distinct shapes. Any other document is returned as it is."""
-    if not isinstance(data, dict) or not isinstance(data.get("tasks"), list):
+def _by_shape(data: Any, kind: str) -> Any:
+    """A document with one entry per shape (`_entry_shape`) in its list of tasks or nodes:
+    it is valid exactly when `data` is, so a plan written one entry per task is validated
+    at the cost of its distinct shapes. Any other document is returned as it is."""
+    where, free = _ENTRIES[kind]
+    if not isinstance(data, dict) or not isinstance(data.get(where), list):
         return data
     seen: set[Hashable] = set()
     kept: list[Any] = []
-    for entry in data["tasks"]:
-        shape = _entry_shape(entry)
+    for entry in data[where]:
+        shape = _entry_shape(entry, free)
         try:
             new = shape is None or shape not in seen
         except TypeError:  # a nested value: validated on its own
@@ -205,23 +207,23 @@ def _by_shape(data: Any) -> Any:
             kept.append(entry)
             if shape is not None:
                 seen.add(shape)
-    if len(kept) == len(data["tasks"]):
+    if len(kept) == len(data[where]):
         return data
-    return {**data, "tasks": kept}
+    return {**data, where: kept}
 
 
 def validate_document(data: Any, kind: str, *, source: str) -> None:
     """Check `data` against the schema of `kind` (``"plan"`` or ``"cluster"``).
 
-    Plan task entries that differ only in their names and sources are checked once (the
-    schema says the same of each); a document with a problem is checked whole, so the
+    Task (node) entries that differ only in their names and sources (ids) are checked once
+    (the schema says the same of each); a document with a problem is checked whole, so the
     error names the first bad place in document order.
 
     Raises:
         PlanFormatError: the first problem in document order, as ``source: place: what``.
     """
     try:
-        _compiled(kind)(_by_shape(data) if kind == "plan" else data)
+        _compiled(kind)(_by_shape(data, kind) if kind in _ENTRIES else data)
         return
     except fastjsonschema.JsonSchemaException as exc:
         fast_message = str(exc).replace("data", "", 1).lstrip(".")

@@ -370,7 +370,10 @@ class Plan:
             _at(f"resources[{i}]", lambda r=r: _check_resource(r), ValidationError)
         names: set[str] = set()
         for i, t in enumerate(self.tasks):
-            _at(f"tasks[{i}]", lambda t=t: _check_task(t, names), ValidationError)
+            try:
+                _check_task(t, names)
+            except ValidationError as exc:
+                raise ValidationError(f"tasks[{i}]: {exc}") from None
         for i, intent in enumerate(self.intents):
             _at(f"intents[{i}]", lambda x=intent: _check_intent_names(x, names), ValidationError)
         for key, domains in self.topologies.items():

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import bisect
 import math
+import time
 from dataclasses import dataclass
 from itertools import accumulate
 
-from escher.verify._problem import Item, Problem
+from escher.verify._problem import Item, Problem, type_total
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ def _best_made(p: Problem) -> dict[int, int]:
 def _short(p: Problem, it: Item, t: int, made: dict[int, int]) -> list[int]:
     nt = p.types[t]
     out = []
-    for r in range(len(p.resources)):
+    for r in it.nonzero:
         need, cr = it.need(r), nt.cap[r]
         if not need or cr is None:
             continue
@@ -88,7 +89,7 @@ def slot_conflict(p: Problem) -> Conflict | None:
         shorts = [_short(p, it, t, made) for t in tset]
         if any(not s for s in shorts):
             continue
-        need = [r for r in range(len(p.resources)) if it.need(r)]
+        need = [r for r in it.nonzero if it.need(r)]
         cap_ids = {p.types[t].capsrc[r] for t in tset for r in need}
         gangs = {sid for g in it.loads if (sid := p.groups[g]) is not None}
         return Conflict(
@@ -130,10 +131,11 @@ def totals_conflict(p: Problem) -> Conflict | None:
             if r in p.created:
                 continue
             demand = demands.get((g, r), 0)
-            caps = [c[r] for c in p.cap]
-            if not demand or any(c is None for c in caps):
+            if not demand:
                 continue
-            have = sum(c for c in caps if c is not None)
+            have = type_total(p, r)
+            if have is None:
+                continue
             if demand <= have:
                 continue
             core = _totals_core(p, g, r, have)
@@ -253,9 +255,12 @@ def _candidate_nodes(p: Problem, its: list[Item]) -> set[int]:
     return out
 
 
-def precheck(p: Problem) -> Conflict | None:
-    """The first exact conflict the cheap checks find, or None."""
+def precheck(p: Problem, deadline: float = math.inf) -> Conflict | None:
+    """The first exact conflict the cheap checks find, or None (also when `deadline`, a
+    `time.monotonic()` value, passes between them)."""
     for check in (limit_conflict, slot_conflict, totals_conflict, l2_conflict):
+        if time.monotonic() >= deadline:
+            return None
         found = check(p)
         if found is not None:
             return found

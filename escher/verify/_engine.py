@@ -21,9 +21,9 @@ from escher.core.cluster import ClusterState
 from escher.core.plan import Plan
 from escher.verify import _arcflow, _smt
 from escher.verify._bounds import precheck
-from escher.verify._greedy import STRATEGIES, Timeout, check, greedy
+from escher.verify._greedy import STRATEGIES, check, greedy
 from escher.verify._model import build
-from escher.verify._problem import Item, Mods, Problem
+from escher.verify._problem import Item, Mods, Problem, Timeout, type_total
 from escher.verify._search import applicable, search
 from escher.verify._witness import Placement
 
@@ -235,10 +235,10 @@ def _tightest(p: Problem) -> str:
     for g in p.groups:
         for r in range(len(p.resources)):
             demand = sum(it.loads[g][r] * it.mult for it in p.items if g in it.loads)
-            caps = [c[r] for c in p.cap]
-            if not demand or any(c is None for c in caps):
+            have = type_total(p, r) if demand else None
+            if have is None:
                 continue
-            have = sum(c for c in caps if c is not None) or 1
+            have = have or 1
             if demand / have > ratio:
                 ratio = demand / have
                 best = (
@@ -273,6 +273,21 @@ def _unknown(run: _Run, reason: str) -> Decision:
     )
 
 
+def _unbuilt(plan: Plan, state: ClusterState, seconds: float) -> Decision:
+    """UNKNOWN: the deadline passed while the model was being built."""
+    nodes = sorted(n for n, node in state.nodes.items() if node.alive)
+    p = Problem([], nodes, [], [], [], [], [], {}, {}, {}, frozenset())
+    return Decision(
+        "unknown",
+        p,
+        method="timeout",
+        reason="time limit reached while building the model",
+        proven=["nothing yet: the time ran out before the first check"],
+        decide_by="more time (--timeout): building the model of this plan takes longer",
+        times={"build": seconds},
+    )
+
+
 def decide(
     plan: Plan,
     state: ClusterState,
@@ -290,11 +305,14 @@ def decide(
             the Z3 encodings alone).
     """
     t0 = time.perf_counter()
-    p = build(plan, state, active=active, mods=mods)
+    try:
+        p = build(plan, state, active=active, mods=mods, deadline=deadline)
+    except Timeout:
+        return _unbuilt(plan, state, time.perf_counter() - t0)
     run = _Run(p, deadline, memory_mb)
     run.times["build"] = time.perf_counter() - t0
     if fast:
-        conflict = run.timed("precheck", lambda: precheck(p))
+        conflict = run.timed("precheck", lambda: precheck(p, deadline))
         if conflict is not None:
             return run.infeasible(conflict.core, conflict.method, conflict.cause)
     stages = [

@@ -11,12 +11,8 @@ import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
-from escher.verify._problem import Item, Problem
+from escher.verify._problem import Item, Problem, Timeout
 from escher.verify._witness import Placement
-
-
-class Timeout(Exception):
-    """The deadline passed."""
 
 
 def classes(p: Problem) -> dict[tuple[object, ...], list[int]]:

@@ -27,6 +27,9 @@ Semantics (see docs/verify.md):
 
 from __future__ import annotations
 
+import math
+import time
+
 from escher.core.cluster import ClusterState
 from escher.core.plan import Plan
 from escher.verify._context import Ctx
@@ -35,7 +38,7 @@ from escher.verify._groups import Groups, groups
 from escher.verify._items import items
 from escher.verify._nodetypes import node_types, pin_sets
 from escher.verify._planned import node_part
-from escher.verify._problem import Item, Mods, NodeType, Problem
+from escher.verify._problem import Item, Mods, NodeType, Problem, Timeout
 from escher.verify._statement import intent_statement
 from escher.verify._topology import domains_of
 from escher.verify._units import units
@@ -70,24 +73,35 @@ def build(
     *,
     active: frozenset[str] | None = None,
     mods: Mods | None = None,
+    deadline: float = math.inf,
 ) -> Problem:
     """Build the problem of `plan` on `state`, keeping only `active` statements (None = all).
 
     Raises:
         ValidationError: the plan is not well-formed for verification.
+        Timeout: `deadline` (a `time.monotonic()` value) passed between two stages.
     """
+
+    def on_time() -> None:
+        if time.monotonic() >= deadline:
+            raise Timeout
+
     mods = mods or Mods()
     rnames = list(plan_facts(plan).rnames)
+    on_time()
     part, scale = node_part(plan, state, tuple(rnames))
+    on_time()
     ctx = Ctx(plan, state, active, mods, rnames, part, scale)
     scenario_keys = [k for k, *_ in mods.domain_apart] + [k for k, _ in mods.domain_merge]
     scenario_keys += [k for k, *_ in mods.excess]
     ctx.domains = domains_of(plan, part.nodes, ctx.intents, ctx.on, scenario_keys)
     pins, only = pin_sets(ctx)
     types, node_type = node_types(ctx, pins, only)
+    on_time()
     _statements(ctx)
     unit_map, task_units, ctx.members = units(ctx)
     g = groups(ctx, pins)
+    on_time()
     its = items(ctx, unit_map, task_units, g, pins, only)
     return _problem(ctx, types, node_type, g, its)
 

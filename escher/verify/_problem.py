@@ -193,3 +193,15 @@ class Rule:
     stmt: str | None
     tag: str
     pair: tuple[int, int] = (-1, -1)
+
+
+class Timeout(Exception):
+    """The deadline passed."""
+
+
+def type_total(p: Problem, r: int) -> int | None:
+    """The capacity of resource `r` over all nodes, None if some node has it unbounded."""
+    caps = [(nt.cap[r], len(nt.nodes)) for nt in p.types]
+    if any(c is None for c, _ in caps):
+        return None
+    return sum(c * n for c, n in caps if c is not None)
