@@ -21,8 +21,13 @@ Families (expected verdict by construction):
      shapes from a catalogue then small fillers: feasible
   u  suffix: the same plan written one entry per task instead of replicas
 
+After the table: per family and size run both ways, the default path's time for the plan
+written one entry per task over its time for the same plan with replicas (same run). With
+--timeouts S,S,...: `escher verify` run as a command (a fresh process, intent proofs on) on
+families a and d at 10,000 nodes with each --timeout, and the wall time of the whole command.
+
     python bench/verify_scaling.py [--quick] [--baseline-timeout S] [--timeout S] [--seed N]
-        [--only FAMILIES] [--min-nodes N] [--max-nodes N] [--repeat N]
+        [--only FAMILIES] [--min-nodes N] [--max-nodes N] [--repeat N] [--timeouts S,S,...]
 """
 
 from __future__ import annotations
@@ -31,7 +36,9 @@ import argparse
 import itertools
 import json
 import random
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -328,6 +335,51 @@ def _row(
     )
 
 
+def _ratios(walls: dict[tuple[str, int], float]) -> None:
+    """Ungrouped over grouped time of the default path, per family and size run both ways."""
+    rows = [
+        (fam, n, walls[(fam, n)], walls[(f"{fam}-u", n)])
+        for fam, n in sorted(walls, key=lambda k: (k[1], k[0]))
+        if not fam.endswith("-u") and (f"{fam}-u", n) in walls
+    ]
+    if rows:
+        print("\none entry per task vs replicas (default path, same run):")
+        print(f"{'family':>8} {'nodes':>6} {'grouped':>8} {'ungrouped':>9} {'ratio':>6}")
+    for fam, n, g, u in rows:
+        print(f"{fam:>8} {n:>6} {g:8.2f} {u:9.2f} {u / g:5.2f}x")
+
+
+def _escher() -> str:
+    """The `escher` command of this Python."""
+    beside = Path(sys.executable).with_name("escher")
+    return str(beside) if beside.exists() else shutil.which("escher") or "escher"
+
+
+def timeouts(limits: list[float], seed: int, repeat: int) -> None:
+    """`escher verify` as a command at 10,000 nodes: --timeout given vs the command's wall."""
+    print("\n--timeout at 10,000 nodes (the whole command, a fresh process, intent proofs on):")
+    print(f"{'family':>8} {'timeout':>8} {'wall':>8} {'wall/timeout':>12}  verdict")
+    with tempfile.TemporaryDirectory() as tmp:
+        for fam in "ad":
+            plan, cluster, _ = family(10000, fam, seed)
+            pf, cf = Path(tmp, "plan.json"), Path(tmp, "cluster.json")
+            pf.write_text(json.dumps(plan.to_dict()))
+            cf.write_text(json.dumps(cluster))
+            for limit in limits:
+                walls, first = [], ""
+                for _ in range(repeat):
+                    cmd = [_escher(), "verify", str(pf), "--cluster", str(cf)]
+                    t0 = time.perf_counter()
+                    out = subprocess.run(
+                        [*cmd, "--timeout", str(limit)], capture_output=True, text=True, check=False
+                    )
+                    walls.append(time.perf_counter() - t0)
+                    first = (out.stdout.splitlines() or [f"exit {out.returncode}"])[0]
+                wall = statistics.median(walls)
+                print(f"{fam:>8} {limit:8.1f} {wall:8.2f} {wall / limit:11.2f}x  {first[:60]}")
+                sys.stdout.flush()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small sizes only")
@@ -338,6 +390,7 @@ def main() -> int:
     ap.add_argument("--only", default="", help="comma-separated families to run")
     ap.add_argument("--max-nodes", type=int, default=10**9, help="skip larger instances")
     ap.add_argument("--min-nodes", type=int, default=0, help="skip smaller instances")
+    ap.add_argument("--timeouts", default="", help="e.g. 5,10,20: --timeout at 10,000 nodes")
     args = ap.parse_args()
     print(
         f"{'family':>8} {'size':>14} {'tasks':>6} {'expect':>10} {'escher':>10} "
@@ -346,6 +399,7 @@ def main() -> int:
     )
     only = set(filter(None, args.only.split(",")))
     all_agree = True
+    walls: dict[tuple[str, int], float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for fam, n, make in instances(args.quick, args.seed):
             if (only and fam not in only) or not args.min_nodes <= n <= args.max_nodes:
@@ -363,9 +417,13 @@ def main() -> int:
             state = ClusterState.from_dict(cluster)
             base = baseline(plan, state, args.baseline_timeout) if n <= 1000 else ("not run", 0.0)
             all_agree &= d.get("status") == expect
+            walls[(fam, n)] = d["wall"]
             print(_row(fam, n, plan, expect, d, ni, base))
             sys.stdout.flush()
     print("all verdicts agree with the construction" if all_agree else "DISAGREEMENT")
+    _ratios(walls)
+    if args.timeouts:
+        timeouts([float(x) for x in args.timeouts.split(",")], args.seed, args.repeat)
     return 0 if all_agree else 1
 
 

@@ -6,9 +6,10 @@ from dataclasses import dataclass, field
 
 from escher.core.cluster import ClusterState
 from escher.core.plan import Intent, Plan
+from escher.verify._facts import plan_facts
 from escher.verify._planned import NodePart
 from escher.verify._problem import Mods
-from escher.verify._statement import Statement
+from escher.verify._statement import Statement, Statements
 from escher.verify._topology import Domains
 
 
@@ -38,7 +39,8 @@ class Ctx:
             for i, x in enumerate(self.plan.intents)
             if not mods.drop_intents and (not x.preferred or i in mods.require)
         ]
-        self.statements = dict(self.part.statements)
+        self.statements = Statements(plan_facts(self.plan).statement)
+        self.statements.update(self.part.statements)
         self.warnings = list(self.part.warnings)
 
     def on(self, sid: str) -> bool:

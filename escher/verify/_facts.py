@@ -7,7 +7,7 @@ tasks (their distinct requests, statements, resource names, decimals) is worked 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from escher.core.plan import Plan, PlannedTask, ResourceCreation
@@ -23,7 +23,7 @@ class PlanFacts:
         requests: The distinct requests, in plan order.
         creations: The distinct creations, in plan order.
         rnames: Every resource some task requests, sorted.
-        statements: Statement id -> statement of every task.
+        tasks: Statement id (``task:<name>``) -> the task.
         sid: Task name -> its statement id (``task:<name>``).
         cls: Task name -> its class: tasks of one class have the same request, creations
             and concurrency.
@@ -34,11 +34,21 @@ class PlanFacts:
     requests: list[Resources]
     creations: list[ResourceCreation]
     rnames: list[str]
-    statements: dict[str, Statement]
+    tasks: dict[str, PlannedTask]
     sid: dict[str, str]
     cls: dict[str, int]
     pos: dict[str, int]
     makers: dict[str, list[str]]
+    written: dict[str, Statement] = field(default_factory=dict)
+
+    def statement(self, sid: str) -> Statement | None:
+        """The statement of the task with statement id `sid` (None if there is none)."""
+        if sid not in self.written:
+            task = self.tasks.get(sid)
+            if task is None:
+                return None
+            self.written[sid] = task_statement(task)
+        return self.written[sid]
 
 
 _memo: list[tuple[Plan, tuple[PlannedTask, ...], PlanFacts]] = []
@@ -53,20 +63,19 @@ def plan_facts(plan: Plan) -> PlanFacts:
             _memo.insert(0, _memo.pop(j))
             return facts
     requests = list(dict.fromkeys(t.resources for t in tasks))
-    statements = {}
+    by_sid = {}
     sid = {}
     cls: dict[str, int] = {}
     classes: dict[tuple[Any, ...], int] = {}
     for t in tasks:
-        st = task_statement(t)
-        statements[st.id] = st
-        sid[t.name] = st.id
+        sid[t.name] = key = f"task:{t.name}"
+        by_sid[key] = t
         cls[t.name] = classes.setdefault((t.resources, t.creates, t.concurrent), len(classes))
     facts = PlanFacts(
         requests,
         list(dict.fromkeys(c for t in tasks for c in t.creates)),
         sorted({r for req in requests for r in req}),
-        statements,
+        by_sid,
         sid,
         cls,
         {t.name: i for i, t in enumerate(tasks)},

@@ -45,7 +45,6 @@ from escher.verify._units import units
 
 
 def _statements(ctx: Ctx) -> None:
-    ctx.statements.update(plan_facts(ctx.plan).statements)
     for i, intent in enumerate(ctx.plan.intents):
         st = intent_statement(i, intent)
         ctx.statements[st.id] = st
@@ -108,4 +107,4 @@ def build(
 
 def all_statement_ids(plan: Plan, state: ClusterState) -> frozenset[str]:
     """Every statement id of the full problem."""
-    return frozenset(build(plan, state).statements)
+    return frozenset(build(plan, state).statements) | frozenset(plan_facts(plan).tasks)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from escher.core.plan import Intent, PlannedTask
@@ -61,3 +62,19 @@ def task_statement(task: PlannedTask) -> Statement:
     if task.source and task.source != f"task {task.name!r}":
         text += f" (from {task.source})"
     return Statement(f"task:{task.name}", "task", text, task.source)
+
+
+class Statements(dict[str, Statement]):
+    """Statement id -> statement; a task's statement is written when first looked up (a
+    plan written one entry per task has thousands of them, an explanation names a few)."""
+
+    def __init__(self, task: Callable[[str], Statement | None]) -> None:
+        super().__init__()
+        self.task = task
+
+    def __missing__(self, key: str) -> Statement:
+        st = self.task(key)
+        if st is None:
+            raise KeyError(key)
+        self[key] = st
+        return st
