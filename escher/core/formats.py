@@ -13,10 +13,12 @@ what to do.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import json
 import math
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Iterator
 from importlib import resources as _resources
 from pathlib import Path
 from typing import Any
@@ -26,7 +28,7 @@ import jsonschema
 
 from escher.core.errors import PlanFormatError, ValidationError
 
-__all__ = ["load_json", "parse_json", "place", "schema", "validate_document"]
+__all__ = ["load_json", "parse_json", "paused_gc", "place", "schema", "validate_document"]
 
 _KINDS = ("plan", "cluster")
 
@@ -172,20 +174,15 @@ _ENTRIES = {"plan": ("tasks", ("name", "source")), "cluster": ("nodes", ("id",))
 
 
 def _entry_shape(entry: Any, free: tuple[str, ...]) -> Hashable | None:
-    """What decides whether a task entry is valid: every field with its value and type, the
-    free-text fields by type and emptiness only. None for an entry that is not an object
-    (it is validated on its own)."""
+    """What decides whether an entry is valid: every field with its value (its `repr`, which
+    tells ``1``, ``1.0`` and ``true`` apart), the free-text fields by type and emptiness
+    only. None for an entry that is not an object (it is validated on its own)."""
     if type(entry) is not dict:
         return None
-    key: list[Hashable] = []
-    for field, value in entry.items():
-        if field in free:
-            key.append((field, type(value), value == ""))
-        elif type(value) is dict:
-            key.append((field, tuple(value.items()), tuple(map(type, value.values()))))
-        else:
-            key.append((field, type(value), value))
-    return tuple(key)
+    return tuple(
+        (field, type(value), value == "") if field in free else (field, repr(value))
+        for field, value in entry.items()
+    )
 
 
 def _by_shape(data: Any, kind: str) -> Any:
@@ -199,11 +196,7 @@ def _by_shape(data: Any, kind: str) -> Any:
     kept: list[Any] = []
     for entry in data[where]:
         shape = _entry_shape(entry, free)
-        try:
-            new = shape is None or shape not in seen
-        except TypeError:  # a nested value: validated on its own
-            new, shape = True, None
-        if new:
+        if shape is None or shape not in seen:
             kept.append(entry)
             if shape is not None:
                 seen.add(shape)
@@ -253,6 +246,20 @@ def _finite_float(text: str) -> float:
     return value
 
 
+@contextlib.contextmanager
+def paused_gc() -> Iterator[None]:
+    """Pause Python's cycle collector while a document is read and turned into values: a
+    plan of thousands of entries makes thousands of objects and no cycles, and each
+    collection pass would walk them all again."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def parse_json(text: str, *, source: str) -> Any:
     """Parse JSON text; errors name `source`, line and column. NaN and Infinity are refused.
 
@@ -260,7 +267,8 @@ def parse_json(text: str, *, source: str) -> Any:
         PlanFormatError: not JSON, nested too deeply, or a number escher cannot use.
     """
     try:
-        return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
+        with paused_gc():
+            return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
         raise PlanFormatError(
             f"{source}: line {exc.lineno} column {exc.colno}: {exc.msg}."

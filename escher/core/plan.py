@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from escher.core.errors import PlanFormatError, ValidationError
-from escher.core.formats import load_json, validate_document
+from escher.core.formats import load_json, paused_gc, validate_document
 from escher.core.nodespec import NodeSpec, NodeSpecLike
 from escher.core.resources import Resources, validate_label, validate_quantity
 
@@ -340,6 +340,11 @@ class Plan:
             PlanFormatError: naming `source`, the place (e.g. ``tasks[2].count``) and the
                 problem.
         """
+        with paused_gc():
+            return cls._from_dict(data, source)
+
+    @classmethod
+    def _from_dict(cls, data: Any, source: str) -> Plan:
         validate_document(data, "plan", source=source)
         plan = cls()
         for i, raw in enumerate(data.get("resources", ())):
@@ -523,7 +528,7 @@ def _task_to_dict(t: PlannedTask) -> dict[str, Any]:
     }
 
 
-_Shared = dict[tuple[Any, ...], tuple[Resources, tuple[ResourceCreation, ...]]]
+_Shared = dict[tuple[str, str], tuple[Resources, tuple[ResourceCreation, ...]]]
 
 
 def _request(raw: Mapping[str, Any], shared: _Shared) -> tuple[Resources, tuple[Any, ...]]:
@@ -532,7 +537,7 @@ def _request(raw: Mapping[str, Any], shared: _Shared) -> tuple[Resources, tuple[
     each distinct one once)."""
     request = raw.get("resources") or {}
     creates = raw.get("creates") or {}
-    key = (tuple(sorted(request.items())), tuple(creates.items()))
+    key = (repr(request), repr(creates))  # tells 1, 1.0 and true apart
     if key not in shared:
         made = tuple(
             ResourceCreation(validate_label(k), validate_quantity(v, what=f"capacity of {k!r}"))

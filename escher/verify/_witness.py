@@ -27,7 +27,7 @@ def to_witness(p: Problem, placement: Placement) -> dict[str, list[str]]:
         for task, count in p.units.get(unit, [(unit, len(nodes))]):
             out.setdefault(task, []).extend(nodes[pos : pos + count])
             pos += count
-    return {k: sorted(v) for k, v in sorted(out.items())}
+    return {k: sorted(v) if len(v) > 1 else v for k, v in sorted(out.items())}
 
 
 def witness_problems(
