@@ -10,8 +10,9 @@
 4. Setup of many labels on every node: one set_resource per (label, node) vs one
    set_resources call (one write per node, nodes concurrently).
 
-Usage: python bench/ray_backend.py [--quick]   (from the repository root: the driver imports
-escher from this checkout, and Ray's workers from the driver's working directory)
+Usage: python bench/ray_backend.py [--quick] [--only throughput]
+(from the repository root: the driver imports escher from this checkout, and Ray's workers
+from the driver's working directory)
 """
 
 from __future__ import annotations
