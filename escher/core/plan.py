@@ -206,6 +206,8 @@ class Plan:
     _index: dict[str, PlannedTask] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
+    # The task list last found valid (tasks are immutable: the same ones are still valid).
+    _checked: tuple[PlannedTask, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def _by_name(self) -> dict[str, PlannedTask]:
         # Rebuilt when `tasks` was changed directly (it is a public list).
@@ -350,6 +352,7 @@ class Plan:
         for i, raw in enumerate(data.get("resources", ())):
             _at(f"{source}: resources[{i}]", lambda r=raw: _add_resource(plan, r))
         _add_tasks(plan, data["tasks"], source)
+        plan._checked = tuple(plan.tasks)  # built from checked entries
         for i, raw in enumerate(data.get("intents", ())):
             _at(f"{source}: intents[{i}]", lambda r=raw: plan.add_intent(_intent_from_dict(r)))
         for key, domains in data.get("topologies", {}).items():
@@ -374,11 +377,17 @@ class Plan:
         for i, r in enumerate(self.resources):
             _at(f"resources[{i}]", lambda r=r: _check_resource(r), ValidationError)
         names: set[str] = set()
-        for i, t in enumerate(self.tasks):
-            try:
-                _check_task(t, names)
-            except ValidationError as exc:
-                raise ValidationError(f"tasks[{i}]: {exc}") from None
+        tasks = tuple(self.tasks)
+        same = len(tasks) == len(self._checked)
+        if tasks and same and all(a is b for a, b in zip(tasks, self._checked, strict=True)):
+            names.update(t.name for t in tasks)
+        else:
+            for i, t in enumerate(tasks):
+                try:
+                    _check_task(t, names)
+                except ValidationError as exc:
+                    raise ValidationError(f"tasks[{i}]: {exc}") from None
+            self._checked = tasks
         for i, intent in enumerate(self.intents):
             _at(f"intents[{i}]", lambda x=intent: _check_intent_names(x, names), ValidationError)
         for key, domains in self.topologies.items():
