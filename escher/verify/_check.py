@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from escher.core.cluster import ClusterState
 from escher.core.nodespec import NodeSpec
@@ -18,13 +18,14 @@ from escher.core.plan import (
     Intent,
     PinnedTo,
     Plan,
-    PlannedResource,
-    PlannedTask,
     Separated,
     SpreadAtMost,
     SpreadEvenly,
 )
 from escher.core.resources import Resources
+
+if TYPE_CHECKING:  # annotations only
+    from escher.core.plan import PlannedResource, PlannedTask
 
 __all__ = ["check_placement", "intent_violation"]
 
