@@ -313,10 +313,10 @@ def test_esl_gang_on_ray_both_paths(resize: Any) -> None:
             assert len(set(run.results(timeout=WAIT))) == 4
 
 
-def test_start_gate_cancel_wins_only_before_the_claim(resize: Any) -> None:
+def test_start_gate_cancel_wins_only_before_the_claim(backend: Any) -> None:
     from escher.backends.ray._gate import Gate, attempt_key, claim
 
-    prefix, session = resize.prefix, f"gate-{uuid.uuid4().hex[:8]}"
+    prefix, session = backend.prefix, f"gate-{uuid.uuid4().hex[:8]}"
     gate = Gate(prefix, session, WAIT)
     first, second = attempt_key(session, 1), attempt_key(session, 2)
     try:
@@ -352,3 +352,21 @@ def test_start_gate_keys_of_settled_blocks_are_removed(
     # Blocks 0 and 1 (tasks 1-7) are full and settled: their keys go; block 2 is the last.
     assert wait_until(lambda: not listed() & {"0", "1"}, timeout=WAIT)
     assert "2" in listed()
+
+
+def test_gc_removes_the_start_gate_keys_of_ended_sessions_only(backend: Any) -> None:
+    from escher.backends.ray._gate import Gate, attempt_key, claim
+
+    prefix, ended, live = backend.prefix, f"ended-{uuid.uuid4().hex[:8]}", backend.session_id
+    ray.get(backend.control().end.remote(ended), timeout=WAIT)  # its lease is over
+    ended_key = attempt_key(ended, 1)
+    live_key = attempt_key(live, 10**9)  # far beyond this session's own tasks
+    assert claim(prefix, ended_key, "n", WAIT) and claim(prefix, live_key, "n", WAIT)
+    try:
+        backend.collect_garbage(dry_run=True)
+        assert Gate(prefix, ended, WAIT).started({ended_key}) == {ended_key: "n"}
+        backend.collect_garbage()
+        assert Gate(prefix, ended, WAIT).started({ended_key}) == {}
+        assert Gate(prefix, live, WAIT).started({live_key}) == {live_key: "n"}
+    finally:
+        Gate(prefix, live, WAIT).forget(live_key)
