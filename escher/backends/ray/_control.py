@@ -23,6 +23,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from escher.backends.ray._shrink import ShrinkGate
 from escher.core.resources import EPSILON as EPS
 from escher.core.resources import give_back
 
@@ -44,6 +45,31 @@ class ControlActor:
         self._owners: dict[tuple[str, str], str] = {}  # (node, name) -> session
         self._leases: dict[str, float] = {}  # session -> wall-clock expiry
         self._started_at = time.time()
+        self._shrinks: ShrinkGate | None = None  # resize mode: pending shrinks
+
+    # --- resize mode: pending shrinks (see escher.backends.ray._shrink) --------------------
+    def _gate(self) -> ShrinkGate:
+        if self._shrinks is None:
+            from escher.backends.ray._resize import resize_call
+
+            self._shrinks = ShrinkGate(resize_call())
+        return self._shrinks
+
+    async def shrink_pending(
+        self, prefix: str, node: str, capacities: Mapping[str, float], stamp: float
+    ) -> None:
+        """Ray kept these Ray names on `node` above the asked capacities (in use): hold
+        back the tasks that would take them above, until the shrinks are over."""
+        self._gate().set_pending(prefix, node, capacities, stamp)
+
+    async def shrink_over(self, node: str, names: Sequence[str], stamp: float) -> None:
+        """The pending shrinks of `names` on `node` (recorded at `stamp` or before) are over."""
+        self._gate().clear(node, names, stamp)
+
+    async def shrink_admit(self, node: str, labels: Mapping[str, float]) -> bool:
+        """Whether a task holding `labels` (Ray names) on `node` may run now: every pending
+        shrink of them there is applied (tried again now, atomically at the node)."""
+        return self._gate().admit(node, labels)
 
     # --- resize mode: recent writes, so every process reads its own and others' at once ---
     async def notes(self, writes: Sequence[Write], session: str = "") -> None:

@@ -7,13 +7,17 @@ concurrently (a bounded pool). Its reply is the node's new totals, so a write is
 once; `escher.backends.ray._writelog` makes it visible to reads in every process before
 Ray's own view catches up.
 
-Ray ignores a shrink below what is in use. escher emulates the decided semantics: the
-total is reported as asked, the Ray total is lowered to what is in use (so nothing new gets
-the label), and a reconciler applies the asked capacity once the use drops.
+Ray lowers a total by at most what is available, so a shrink below what is in use leaves
+Ray's total at the use. escher emulates the decided semantics: the total is reported as
+asked, the shrink is recorded as pending at the control actor, whose start gate holds back
+any task that would take the label above the asked capacity (`escher.backends.ray._shrink`:
+Ray would hand a freed unit to a late task before a resize could take it away), and a
+reconciler applies the asked capacity in Ray once the use drops.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
@@ -102,6 +106,8 @@ class ResizeStore(EphemeralStore):
         self._node_locks: dict[str, threading.Lock] = {}
         self._pool: ThreadPoolExecutor | None = None
         self._pending: dict[tuple[str, str], float] = {}  # (node, Ray name) -> wanted
+        # (node, Ray name) -> (capacity, stamp) of pending shrinks the control actor knows
+        self._announced: dict[tuple[str, str], tuple[float, float]] = {}
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -132,6 +138,7 @@ class ResizeStore(EphemeralStore):
         """One resize call for every label of `capacities` on `node`."""
         wanted = {self._prefix + k: min(float(v), RAY_MAX_CAPACITY) for k, v in capacities.items()}
         with self._node_lock(node):
+            self._end_replaced(node, wanted)
             try:
                 totals = self._call(node, dict(wanted))
             except Exception as exc:  # "Raylet ... is not alive." (or its raylet is gone)
@@ -156,6 +163,60 @@ class ResizeStore(EphemeralStore):
                         self._pending.pop((node, name), None)
                 if self._pending:
                     self._ensure_reconciler()
+            self._announce(node, wanted)
+
+    def _end_replaced(self, node: str, wanted: Mapping[str, float]) -> None:
+        """Before a write that replaces a pending shrink's capacity: end that pending shrink at
+        the control actor and wait (an admission in flight there applies the old capacity
+        before this write, never after it)."""
+        with self._lock:
+            names = [
+                name
+                for name, capacity in wanted.items()
+                if (node, name) in self._announced
+                and abs(self._announced[(node, name)][0] - capacity) > EPS
+            ]
+        if not names:
+            return
+        with contextlib.suppress(Exception):
+            wait_for(self._control().shrink_over.remote(node, names, time.time()), self._timeout)
+        with self._lock:
+            for name in names:
+                self._announced.pop((node, name), None)
+
+    def _announce(self, node: str, names: Mapping[str, float]) -> None:
+        """Tell the control actor which shrinks of `names` on `node` are pending now (and wait:
+        a task launched after the write returned is held back) and which are over."""
+        with self._lock:
+            start: dict[str, float] = {}
+            over: list[str] = []
+            for name in names:
+                capacity = self._pending.get((node, name))
+                known = self._announced.get((node, name))
+                if capacity is not None and (known is None or abs(known[0] - capacity) > EPS):
+                    start[name] = capacity
+                elif capacity is None and known is not None:
+                    over.append(name)
+        if not start and not over:
+            return
+        stamp = time.time()
+        try:
+            control = self._control()
+            if over:  # order does not matter: the actor compares stamps
+                control.shrink_over.remote(node, over, stamp)
+            if start:
+                wait_for(
+                    control.shrink_pending.remote(self._prefix, node, start, stamp),
+                    self._timeout,
+                )
+        except Exception:  # the reconciler announces it again on its next round
+            return
+        with self._lock:
+            for name in over:
+                self._announced.pop((node, name), None)
+            for name, capacity in start.items():
+                if self._pending.get((node, name)) == capacity:
+                    self._announced[(node, name)] = (capacity, stamp)
 
     def _hold_at_use(
         self, node: str, ignored: Mapping[str, float], totals: Mapping[str, float]
@@ -346,6 +407,14 @@ class ResizeStore(EphemeralStore):
     def close(self) -> None:
         self.log.close(self._timeout)
         self._closed = True
+        with self._lock:
+            announced, self._announced = self._announced, {}
+        by_node: dict[str, list[str]] = {}
+        for node, name in announced:  # nobody applies them any more: stop holding tasks back
+            by_node.setdefault(node, []).append(name)
+        with contextlib.suppress(Exception):
+            for node, names in by_node.items():
+                self._control().shrink_over.remote(node, names, time.time())
         self._wake.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():

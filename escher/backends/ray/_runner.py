@@ -16,6 +16,7 @@ from typing import Any
 
 from escher.backends.ray._config import WorkerConfig
 from escher.backends.ray._gate import claim
+from escher.backends.ray._shrink import WAIT_FOR_SHRINK, held_labels, shrinking
 
 #: What a task returns when it was cancelled before its body ran.
 CANCELLED = "__escher_cancelled__"
@@ -78,6 +79,8 @@ def run_task(
     backend = worker_backend(config)
     node = ray.get_runtime_context().get_node_id()
     try:
+        if config.mode == "resize" and not _shrink_allows(backend, config.prefix, node):
+            return WAIT_FOR_SHRINK, node  # body not run; the unit goes back to Ray
         claimed = claim(config.prefix, key, node, CLAIM_TIMEOUT)
     except Exception as exc:
         return GATE_FAILED, node, f"{type(exc).__name__}: {exc}"
@@ -89,3 +92,13 @@ def run_task(
         # Whoever gets the result (or the error) may read what the body wrote: share it now.
         backend.flush_writes()
     return node, value
+
+
+def _shrink_allows(backend: Any, prefix: str, node: str) -> bool:
+    """False if a pending shrink of a label the task holds leaves no room for it
+    (`escher.backends.ray._shrink`)."""
+    labels = held_labels(prefix)
+    if not labels or not shrinking(prefix, node, labels, CLAIM_TIMEOUT):
+        return True
+    admitted = backend.control().shrink_admit.remote(node, labels)
+    return bool(admitted.future().result(timeout=CLAIM_TIMEOUT))

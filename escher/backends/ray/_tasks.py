@@ -22,6 +22,7 @@ from escher.backends.ray._config import WorkerConfig
 from escher.backends.ray._entry import Entry, SplitRequest
 from escher.backends.ray._gate import Gate, attempt_key, block_of, retry_key
 from escher.backends.ray._runner import CANCELLED, GATE_FAILED, bound_runner, run_task
+from escher.backends.ray._shrink import waits_for_shrink
 from escher.backends.ray._state import (
     NodeCache,
     ray_task_state,
@@ -33,6 +34,8 @@ from escher.backends.ray._store import EphemeralStore
 from escher.core.errors import NodeDiedError, TaskFailedError
 from escher.core.task import (
     RetryCause,
+    Status,
+    StatusCode,
     TaskRef,
     TaskSpec,
     TaskState,
@@ -88,6 +91,7 @@ class TaskTable:
         self._explain_wait = explain_wait
         self._nodes = nodes
         self._parked: list[tuple[float, Entry]] = []  # retries waiting for Ray to drop dead nodes
+        self._held: list[Entry] = []  # held back by a pending shrink: submitted again soon
         self._remote = ray.remote(run_task)
         self._option_cache: dict[Any, Any] = {}
         self._seen: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
@@ -258,6 +262,9 @@ class TaskTable:
         self._on_value(entry, out, key)
 
     def _on_value(self, entry: Entry, out: Any, key: str) -> None:
+        if waits_for_shrink(out):
+            self._hold_back(entry, out[1], key)
+            return
         if isinstance(out, str) and out == CANCELLED:
             self._finish(entry, cancelled=True, key=key)
             return
@@ -328,6 +335,28 @@ class TaskTable:
             return True
         self.start(entry)
         return True
+
+    def _hold_back(self, entry: Entry, node: str, key: str) -> None:
+        """The gate held the attempt back (a pending shrink on `node` leaves no room; its
+        body did not run): submit the same attempt again at the next sync."""
+        with self._lock:
+            if entry.key != key or self._by_key.get(key) is not entry:
+                return
+            entry.object_ref = None
+            entry.ref.set_status(
+                Status(
+                    StatusCode.UNSCHEDULABLE,
+                    f"held back on {node}: a label it requests was shrunk below its use there",
+                )
+            )
+            self._held.append(entry)
+        self._ensure_threads()
+
+    def _resubmit_held(self) -> None:
+        with self._lock:
+            held, self._held = self._held, []
+        for entry in held:
+            self.start(entry)
 
     def _unpark(self) -> None:
         """Start the parked retries once Ray lists no node escher saw die (or after
@@ -487,6 +516,7 @@ class TaskTable:
             if self._closed or not ray_up():
                 return
             self._unpark()
+            self._resubmit_held()
             if self._sync_once():
                 return
             if time.monotonic() - last_check >= NODE_CHECK_PERIOD:

@@ -53,14 +53,6 @@ class _OnCluster(BackendConformance):
 
 class TestRayResizeConformance(_OnCluster):
     mode = "resize"
-    known_gaps = {
-        **_OnCluster.known_gaps,
-        "test_shrink_below_use_keeps_running_tasks_and_blocks_new_ones": (
-            "Ray ignores a shrink below use; escher reports the asked total and lowers Ray's "
-            "once the use drops, but the raylet hands a freed unit to a task already queued "
-            "there before escher can lower the total (the late task starts)"
-        ),
-    }
 
 
 class TestRayLedgerConformance(_OnCluster):

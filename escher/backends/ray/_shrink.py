@@ -1,0 +1,154 @@
+"""Resize mode: shrinking a label below what is in use, without a late task getting a unit.
+
+Ray lowers a resource's total by at most what is free on the node, so a shrink below what
+is in use leaves Ray's total at the use. When a holder ends, its unit is free in Ray and is
+handed at once to a task queued at that raylet, or the owner reuses the holder's worker
+lease for its next task of the same shape; both happen before any later resize can lower
+the total. So Ray's total alone cannot enforce the asked capacity.
+
+escher enforces it just before a task's body runs:
+
+* A writer whose shrink Ray clamped records a *pending shrink* (node, label, asked
+  capacity) at the control actor before its write returns; the actor keeps a marker per
+  node in Ray's control store (namespace `NAMESPACE`). The writer ends it once Ray's total
+  reached the asked capacity (its reconciler keeps trying) and before any later write of
+  that label on that node.
+* A task that holds labels reads its node's marker (one read of the control store). If one
+  of its labels has a pending shrink there, it asks the control actor, which tries the
+  shrink again: the resize call is atomic at the node and lowers the total as far as what
+  is in use allows, this task's own unit included. If the total reaches the asked capacity,
+  every holder fits, the shrink is over and the task runs. Otherwise the task returns
+  `WAIT_FOR_SHRINK` without running its body, its unit goes back to Ray, and its driver
+  submits it again a moment later (the same attempt: it never started).
+
+Members of a placed gang pass: their units were reserved with the gang before the shrink
+(running tasks keep what they hold), and they hold them in the gang's placement group.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from escher.core.resources import EPSILON
+
+#: What a task returns when it was held back for a pending shrink (body not run).
+WAIT_FOR_SHRINK = "__escher_wait_for_shrink__"
+
+#: The control-store namespace of the per-node markers of pending shrinks.
+NAMESPACE = b"escher-shrink"
+
+#: Ray's names of a placement group's bundle resources: "<name>_group_[<index>_]<pg id>".
+_BUNDLE_NAME = re.compile(r"_group_(\d+_)?[0-9a-f]{36}$")
+
+
+def _kv() -> Any:
+    """This process's GCS client (drivers, workers and actors alike)."""
+    from ray.experimental import internal_kv
+
+    client = getattr(internal_kv, "global_gcs_client", None)
+    if client is None:
+        raise RuntimeError("Ray is not connected (no GCS client)")
+    return client
+
+
+def _marker(prefix: str, node: str) -> bytes:
+    return f"{prefix}{node}".encode()
+
+
+# --- worker side ------------------------------------------------------------------------
+def held_labels(prefix: str) -> dict[str, float]:
+    """The escher labels (Ray names) the running task holds outside a placement group."""
+    import ray
+
+    context = ray.get_runtime_context()
+    if context.get_placement_group_id() is not None:
+        return {}  # a placed gang's member: its units were reserved with the gang
+    assigned = context.get_assigned_resources()  # type: ignore[no-untyped-call]
+    return {
+        name: float(q)
+        for name, q in assigned.items()
+        if name.startswith(prefix) and not _BUNDLE_NAME.search(name)
+    }
+
+
+def shrinking(prefix: str, node: str, labels: Mapping[str, float], timeout: float) -> bool:
+    """True if a shrink of one of `labels` is pending on `node` (the task must ask)."""
+    raw = _kv().internal_kv_get(_marker(prefix, node), NAMESPACE, timeout=timeout)
+    if not raw:
+        return False
+    return any(name in labels for name in json.loads(raw))
+
+
+def waits_for_shrink(out: Any) -> bool:
+    """True if a task's return value says it was held back (see `WAIT_FOR_SHRINK`)."""
+    return isinstance(out, tuple) and len(out) == 2 and out[0] == WAIT_FOR_SHRINK
+
+
+# --- the control actor's part -----------------------------------------------------------
+class ShrinkGate:
+    """Pending shrinks per (node, Ray name), their markers, and admission.
+
+    Args:
+        resize: The resize call (node, {Ray name: total}) -> the node's new totals, or None
+            where this Ray has none (then nothing is ever pending).
+    """
+
+    def __init__(self, resize: Callable[[str, dict[str, float]], dict[str, float]] | None) -> None:
+        self._resize = resize
+        # node -> Ray name -> (asked capacity, stamp)
+        self._pending: dict[str, dict[str, tuple[float, float]]] = {}
+        self._prefix = ""  # of the markers: the backend's (one control actor per prefix)
+
+    def set_pending(
+        self, prefix: str, node: str, capacities: Mapping[str, float], stamp: float
+    ) -> None:
+        """Shrinks of these Ray names on `node` are pending (newer stamps win)."""
+        here = self._pending.setdefault(node, {})
+        for name, capacity in capacities.items():
+            old = here.get(name)
+            if old is None or stamp >= old[1]:
+                here[name] = (capacity, stamp)
+        self._prefix = prefix
+        self._publish(node)
+
+    def clear(self, node: str, names: Iterable[str], stamp: float) -> None:
+        """The pending shrinks of `names` on `node` recorded at `stamp` or before are over."""
+        here = self._pending.get(node, {})
+        changed = False
+        for name in names:
+            old = here.get(name)
+            if old is not None and old[1] <= stamp:
+                del here[name]
+                changed = True
+        if changed:
+            self._publish(node)
+
+    def admit(self, node: str, labels: Mapping[str, float]) -> bool:
+        """Whether a task that holds `labels` on `node` may run: every pending shrink of its
+        labels there is applied now (Ray's total reached the asked capacity)."""
+        here = self._pending.get(node, {})
+        wanted = {name: here[name][0] for name in labels if name in here}
+        if not wanted:
+            return True
+        if self._resize is None:
+            return False
+        totals = self._resize(node, dict(wanted))
+        done = [n for n, cap in wanted.items() if float(totals.get(n, 0.0)) <= cap + EPSILON]
+        for name in done:
+            del here[name]
+        if done:
+            self._publish(node)
+        return len(done) == len(wanted)
+
+    def _publish(self, node: str) -> None:
+        """Write (or delete) `node`'s marker: the names with a pending shrink there."""
+        here = self._pending.get(node, {})
+        key = _marker(self._prefix, node)
+        if here:
+            _kv().internal_kv_put(key, json.dumps(sorted(here)).encode(), True, NAMESPACE)
+        else:
+            self._pending.pop(node, None)
+            _kv().internal_kv_del(key, False, NAMESPACE)

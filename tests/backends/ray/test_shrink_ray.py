@@ -1,0 +1,66 @@
+"""Resize mode: a shrink below what is in use holds back every late task, including one
+that Ray would start on the freed unit at once (queued at the raylet, or given the
+finished holder's worker lease by its owner)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+pytest.importorskip("ray")
+
+from escher.backends.ray import RayBackend
+from escher.core.resources import Resources
+from escher.core.task import StatusCode, TaskSpec
+from escher.testing.conformance import hold_until, wait_until
+from tests.support.ray_cluster import make_backend
+
+pytestmark = pytest.mark.ray
+
+WAIT = 60.0
+
+
+@pytest.fixture
+def backend(ray_cluster: Any) -> Any:
+    backend = make_backend(ray_cluster, mode="resize")
+    yield backend
+    backend.close()
+
+
+def _worker(backend: RayBackend) -> str:
+    state = backend.get_cluster_state()
+    return next(n for n, node in sorted(state.nodes.items()) if node.total.get("CPU", 0) > 0)
+
+
+def test_a_task_of_the_holders_shape_does_not_take_the_freed_unit(
+    backend: RayBackend, tmp_path: Any
+) -> None:
+    """The late task has the holder's function and request (the owner may hand it the
+    holder's worker lease): after a shrink to 0, it waits although Ray's unit is free."""
+    node, label = _worker(backend), "shrink-lease"
+    for _ in range(2):  # from its second launch on a function has its own remote function
+        assert backend.launch(TaskSpec(hold_until, ("", False))).result(WAIT)
+    backend.set_resource(label, 1, node)
+    request = Resources({label: 1, "CPU": 0.5})
+    gates = [str(tmp_path / "a"), str(tmp_path / "b")]
+    first = backend.launch(TaskSpec(hold_until, (gates[0], True), resources=request))
+    late = backend.launch(TaskSpec(hold_until, (gates[1], True), resources=request))
+    try:
+        assert wait_until(first.started, WAIT)
+        assert backend.set_resource(label, 0, node) == (node,)
+        assert label not in backend.get_cluster_state().node(node).total
+        open(gates[0], "w").close()
+        assert first.result(WAIT) == node
+        # Ray's unit is free now; the late task must still not run (room for it to show)
+        assert not wait_until(late.started, 1.5)
+        assert late.status.code is not StatusCode.SCHEDULED
+        backend.set_resource(label, 1, node)  # room again: it runs
+        open(gates[1], "w").close()
+        assert late.result(WAIT) == node
+    finally:
+        for gate in gates:
+            open(gate, "w").close()
+    assert wait_until(
+        lambda: backend.get_cluster_state().node(node).available.get(label, 0.0) == 1, WAIT
+    )
