@@ -50,7 +50,7 @@ class ControlActor:
     # --- resize mode: pending shrinks (see escher.backends.ray._shrink) --------------------
     def _gate(self) -> ShrinkGate:
         if self._shrinks is None:
-            from escher.backends.ray._resize import resize_call
+            from escher.backends.ray._state import resize_call
 
             self._shrinks = ShrinkGate(resize_call())
         return self._shrinks
@@ -62,14 +62,14 @@ class ControlActor:
         back the tasks that would take them above, until the shrinks are over."""
         self._gate().set_pending(prefix, node, capacities, stamp)
 
-    async def shrink_over(self, node: str, names: Sequence[str], stamp: float) -> None:
+    async def shrink_over(self, prefix: str, node: str, names: Sequence[str], stamp: float) -> None:
         """The pending shrinks of `names` on `node` (recorded at `stamp` or before) are over."""
-        self._gate().clear(node, names, stamp)
+        self._gate().clear(prefix, node, names, stamp)
 
-    async def shrink_admit(self, node: str, labels: Mapping[str, float]) -> bool:
+    async def shrink_admit(self, prefix: str, node: str, labels: Mapping[str, float]) -> bool:
         """Whether a task holding `labels` (Ray names) on `node` may run now: every pending
         shrink of them there is applied (tried again now, atomically at the node)."""
-        return self._gate().admit(node, labels)
+        return self._gate().admit(prefix, node, labels)
 
     # --- resize mode: recent writes, so every process reads its own and others' at once ---
     async def notes(self, writes: Sequence[Write], session: str = "") -> None:
@@ -109,6 +109,8 @@ class ControlActor:
             if old is None or stamp >= old[2]:
                 self._writes[(node, name)] = (now, total, stamp)
                 self._own(node, name, total, session)
+            if self._shrinks is not None:
+                self._shrinks.replaced(node, name, total, stamp)
 
     def _own(self, node: str, name: str, total: float, session: str) -> None:
         if not session:

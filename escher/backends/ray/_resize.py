@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from escher.backends.ray._entry import Entry
-from escher.backends.ray._state import RawView, ray_up, wait_for
+from escher.backends.ray._state import RawView, ray_up, resize_call, wait_for
 from escher.backends.ray._store import EphemeralStore, EphemeralView, Submit, WritePlan
 from escher.backends.ray._writelog import RecentWrites, WriteLog
 from escher.core.errors import BackendError, UnknownNodeError
@@ -40,17 +40,6 @@ RAY_MAX_CAPACITY = 1e14
 WRITE_POOL = 8
 #: Seconds a read's knowledge of freshly written labels is used for placement hints.
 HINT_SECONDS = 1.0
-
-ResizeCall = Callable[[str, dict[str, float]], dict[str, float]]
-
-
-def resize_call() -> ResizeCall | None:
-    """The resize method of this process's GCS client, or None if this Ray lacks it."""
-    import ray
-
-    gcs = getattr(ray._private.worker.global_worker, "gcs_client", None)
-    method = getattr(gcs, "resize_raylet_resource_instances", None)
-    return method if callable(method) else None
 
 
 def probe_resize(prefix: str) -> str | None:
@@ -179,7 +168,8 @@ class ResizeStore(EphemeralStore):
         if not names:
             return
         with contextlib.suppress(Exception):
-            wait_for(self._control().shrink_over.remote(node, names, time.time()), self._timeout)
+            over = self._control().shrink_over
+            wait_for(over.remote(self._prefix, node, names, time.time()), self._timeout)
         with self._lock:
             for name in names:
                 self._announced.pop((node, name), None)
@@ -203,7 +193,7 @@ class ResizeStore(EphemeralStore):
         try:
             control = self._control()
             if over:  # order does not matter: the actor compares stamps
-                control.shrink_over.remote(node, over, stamp)
+                control.shrink_over.remote(self._prefix, node, over, stamp)
             if start:
                 wait_for(
                     control.shrink_pending.remote(self._prefix, node, start, stamp),
@@ -414,7 +404,7 @@ class ResizeStore(EphemeralStore):
             by_node.setdefault(node, []).append(name)
         with contextlib.suppress(Exception):
             for node, names in by_node.items():
-                self._control().shrink_over.remote(node, names, time.time())
+                self._control().shrink_over.remote(self._prefix, node, names, time.time())
         self._wake.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():

@@ -100,5 +100,5 @@ def _shrink_allows(backend: Any, prefix: str, node: str) -> bool:
     labels = held_labels(prefix)
     if not labels or not shrinking(prefix, node, labels, CLAIM_TIMEOUT):
         return True
-    admitted = backend.control().shrink_admit.remote(node, labels)
+    admitted = backend.control().shrink_admit.remote(prefix, node, labels)
     return bool(admitted.future().result(timeout=CLAIM_TIMEOUT))

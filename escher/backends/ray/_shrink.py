@@ -29,9 +29,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+from escher.backends.ray._state import ResizeCall
 from escher.core.resources import EPSILON
 
 #: What a task returns when it was held back for a pending shrink (body not run).
@@ -96,7 +97,7 @@ class ShrinkGate:
             where this Ray has none (then nothing is ever pending).
     """
 
-    def __init__(self, resize: Callable[[str, dict[str, float]], dict[str, float]] | None) -> None:
+    def __init__(self, resize: ResizeCall | None) -> None:
         self._resize = resize
         # node -> Ray name -> (asked capacity, stamp)
         self._pending: dict[str, dict[str, tuple[float, float]]] = {}
@@ -114,24 +115,32 @@ class ShrinkGate:
         self._prefix = prefix
         self._publish(node)
 
-    def clear(self, node: str, names: Iterable[str], stamp: float) -> None:
+    def clear(self, prefix: str, node: str, names: Iterable[str], stamp: float) -> None:
         """The pending shrinks of `names` on `node` recorded at `stamp` or before are over."""
+        self._prefix = prefix
         here = self._pending.get(node, {})
-        changed = False
         for name in names:
             old = here.get(name)
             if old is not None and old[1] <= stamp:
                 del here[name]
-                changed = True
-        if changed:
+        self._publish(node)  # also when nothing was known (a marker left by a restart)
+
+    def replaced(self, node: str, name: str, total: float, stamp: float) -> None:
+        """A write of `name` on `node` (from any process) to `total` at `stamp`: a pending
+        shrink to another capacity recorded before it is over."""
+        old = self._pending.get(node, {}).get(name)
+        if old is not None and stamp > old[1] and abs(total - old[0]) > EPSILON:
+            del self._pending[node][name]
             self._publish(node)
 
-    def admit(self, node: str, labels: Mapping[str, float]) -> bool:
+    def admit(self, prefix: str, node: str, labels: Mapping[str, float]) -> bool:
         """Whether a task that holds `labels` on `node` may run: every pending shrink of its
         labels there is applied now (Ray's total reached the asked capacity)."""
+        self._prefix = prefix
         here = self._pending.get(node, {})
         wanted = {name: here[name][0] for name in labels if name in here}
         if not wanted:
+            self._publish(node)  # the task saw a marker this actor does not know: drop it
             return True
         if self._resize is None:
             return False

@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +35,19 @@ def wait_for(object_ref: Any, timeout: float) -> Any:
         Exception: what the remote call raised.
     """
     return object_ref.future().result(timeout=timeout)
+
+
+#: Ray's in-place resize: (node id, {resource: new total}) -> the node's totals after it.
+ResizeCall = Callable[[str, dict[str, float]], dict[str, float]]
+
+
+def resize_call() -> ResizeCall | None:
+    """The resize method of this process's GCS client, or None if this Ray lacks it."""
+    import ray
+
+    gcs = getattr(ray._private.worker.global_worker, "gcs_client", None)
+    method = getattr(gcs, "resize_raylet_resource_instances", None)
+    return method if callable(method) else None
 
 
 def is_ray_internal(name: str) -> bool:
