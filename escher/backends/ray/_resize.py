@@ -305,7 +305,10 @@ class ResizeStore(EphemeralStore):
             if total >= RAY_MAX_CAPACITY:  # stored clamped: it was set as unbounded
                 total = MAX_CAPACITY
             eph_total[name[cut:]] = total
-            eph_avail[name[cut:]] = min(total, max(0.0, total - in_use))
+            if (node, name) in pending:  # Ray kept it at what is in use, above the total
+                eph_avail[name[cut:]] = 0.0  # (Ray's state view may not show that use yet)
+            else:
+                eph_avail[name[cut:]] = min(total, max(0.0, total - in_use))
         return eph_total, eph_avail
 
     def _note_fresh(self, recent: dict[str, dict[str, float]], view: EphemeralView) -> None:
