@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from escher.backends.ray._entry import Entry
-from escher.backends.ray._state import RawView, ray_up, wait_for
+from escher.backends.ray._state import RawView, keep_running, ray_up, wait_for, wakeups
 from escher.backends.ray._store import EphemeralStore, EphemeralView, Submit, WritePlan
 from escher.core.errors import UnknownNodeError
 from escher.core.resources import Resources
@@ -140,19 +140,14 @@ class LedgerStore(EphemeralStore):
     def _add(self, item: Waiting) -> None:
         with self._lock:
             self._waiting[item.key] = item
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(
-                    target=self._run, name="escher-ray-ledger", daemon=True
-                )
-                self._thread.start()
+            self._thread = keep_running(self._thread, self._run, "escher-ray-ledger")
         self._wake.set()
 
+    def _running(self) -> bool:
+        return not self._closed and ray_up()
+
     def _run(self) -> None:
-        while not self._closed and ray_up():
-            self._wake.wait(0.1)
-            self._wake.clear()
-            if self._closed or not ray_up():
-                return
+        for _ in wakeups(self._wake, 0.1, self._running):
             with self._lock:
                 batch = list(self._waiting.values())
                 if not batch:

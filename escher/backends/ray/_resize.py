@@ -26,7 +26,14 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from escher.backends.ray._entry import Entry
-from escher.backends.ray._state import RawView, ray_up, resize_call, wait_for
+from escher.backends.ray._state import (
+    RawView,
+    keep_running,
+    ray_up,
+    resize_call,
+    wait_for,
+    wakeups,
+)
 from escher.backends.ray._store import EphemeralStore, EphemeralView, Submit, WritePlan
 from escher.backends.ray._writelog import RecentWrites, WriteLog
 from escher.core.errors import BackendError, UnknownNodeError
@@ -233,18 +240,13 @@ class ResizeStore(EphemeralStore):
             return {}
 
     def _ensure_reconciler(self) -> None:  # called with self._lock held
-        if self._thread is None or not self._thread.is_alive():
-            self._thread = threading.Thread(
-                target=self._reconcile, name="escher-ray-reconcile", daemon=True
-            )
-            self._thread.start()
+        self._thread = keep_running(self._thread, self._reconcile, "escher-ray-reconcile")
+
+    def _running(self) -> bool:
+        return not self._closed and ray_up()
 
     def _reconcile(self) -> None:
-        while not self._closed and ray_up():
-            self._wake.wait(0.2)
-            self._wake.clear()
-            if self._closed or not ray_up():
-                return
+        for _ in wakeups(self._wake, 0.2, self._running):
             with self._lock:
                 todo = dict(self._pending)
             by_node: dict[str, dict[str, float]] = {}

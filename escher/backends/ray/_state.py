@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +21,27 @@ def ray_up() -> bool:
     import ray
 
     return bool(ray.is_initialized())
+
+
+def keep_running(
+    thread: threading.Thread | None, target: Callable[[], None], name: str
+) -> threading.Thread:
+    """`thread` if it is alive, else a new daemon thread running `target`, started."""
+    if thread is not None and thread.is_alive():
+        return thread
+    fresh = threading.Thread(target=target, name=name, daemon=True)
+    fresh.start()
+    return fresh
+
+
+def wakeups(wake: threading.Event, period: float, running: Callable[[], bool]) -> Iterator[None]:
+    """One step after each `wake` (or every `period` seconds), while `running()` holds."""
+    while running():
+        wake.wait(period)
+        wake.clear()
+        if not running():
+            return
+        yield
 
 
 def wait_for(object_ref: Any, timeout: float) -> Any:

@@ -25,6 +25,7 @@ from escher.backends.ray._runner import CANCELLED, GATE_FAILED, bound_runner, ru
 from escher.backends.ray._shrink import waits_for_shrink
 from escher.backends.ray._state import (
     NodeCache,
+    keep_running,
     ray_task_state,
     ray_up,
     raylet_reachable,
@@ -475,16 +476,8 @@ class TaskTable:
         if settler is not None and syncer is not None and settler.is_alive() and syncer.is_alive():
             return
         with self._lock:
-            if self._settler is None or not self._settler.is_alive():
-                self._settler = threading.Thread(
-                    target=self._settle_loop, name="escher-ray-settle", daemon=True
-                )
-                self._settler.start()
-            if self._syncer is None or not self._syncer.is_alive():
-                self._syncer = threading.Thread(
-                    target=self._sync_loop, name="escher-ray-sync", daemon=True
-                )
-                self._syncer.start()
+            self._settler = keep_running(self._settler, self._settle_loop, "escher-ray-settle")
+            self._syncer = keep_running(self._syncer, self._sync_loop, "escher-ray-sync")
 
     def _settle_loop(self) -> None:
         while not self._closed and ray_up():

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from escher.backends.ray._state import ray_up, wait_for
+from escher.backends.ray._state import keep_running, ray_up, wait_for
 
 #: Seconds the flusher waits after a write, to send the writes of a burst in one call.
 FLUSH_DELAY = 0.025
@@ -65,11 +65,7 @@ class WriteLog:
             self._overlay[(node, name)] = (time.monotonic(), total, stamp)
             self._outbox[(node, name)] = (total, stamp)
             self._wake.set()
-            if self._flusher is None or not self._flusher.is_alive():
-                self._flusher = threading.Thread(
-                    target=self._flush_loop, name="escher-ray-flush", daemon=True
-                )
-                self._flusher.start()
+            self._flusher = keep_running(self._flusher, self._flush_loop, "escher-ray-flush")
 
     def flush(self, timeout: float) -> None:
         """Make every write of this process so far visible to readers in any process.
