@@ -46,12 +46,21 @@ OWN_EXIT_CODES = {code: text for code, text in EXIT_CODES.items() if code != EXI
 OUTPUT_SHARE = 0.03
 
 
+def _runs_as_command() -> bool:
+    """True when this process was started to run escher's CLI: the ``escher`` script or
+    ``python -m escher.cli`` (not another program's ``__main__``, such as pytest's)."""
+    if Path(sys.argv[0]).name == "escher":
+        return True
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return spec is not None and str(spec.name).split(".")[0] == "escher"
+
+
 def _started() -> float:
     """The `time.monotonic()` at which the whole command started: when this process runs
     the command (``escher verify ...``), the process start, so --timeout also covers
     starting Python and reading the files; else (called from a longer-lived program) now."""
     now = time.monotonic()
-    if Path(sys.argv[0]).name not in ("escher", "__main__.py"):
+    if not _runs_as_command():
         return now
     try:
         stat = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()

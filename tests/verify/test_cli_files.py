@@ -208,3 +208,47 @@ def test_sample_plans_print_what_the_docs_show(
     # The first line holds the time it took; the rest is the same, line by line.
     assert out.stdout.splitlines()[1:] == shown.splitlines()[1:]
     assert shown.splitlines()[0].split()[0] == out.stdout.splitlines()[0].split()[0]
+
+
+@pytest.mark.parametrize(
+    "argv0", ["/venv/lib/python3.11/site-packages/pytest/__main__.py", "/venv/bin/pytest"]
+)
+def test_timeout_counts_from_the_call_inside_another_program(
+    argv0: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run inside another program (pytest here, started with `python -m pytest` or not),
+    --timeout counts from the call, not from that program's start."""
+    import sys
+    import time
+
+    from escher.verify import _cli
+
+    monkeypatch.setattr(sys, "argv", [argv0])
+    assert not _cli._runs_as_command()
+    before = time.monotonic()
+    assert _cli._started() >= before
+
+
+def test_timeout_counts_from_the_process_start_as_a_command(tmp_path: Path) -> None:
+    """`python -m escher.cli verify` is the command itself: it decides well within its
+    --timeout, which counts from its own process start."""
+    import subprocess
+    import sys
+
+    cluster = write(tmp_path, "cluster.json", CLUSTER)
+    plan = write(tmp_path, "plan.json", {"tasks": [{"name": "a", "resources": {"CPU": 1}}]})
+    probe = (
+        "import sys; sys.argv = ['escher']; "
+        "from escher.verify import _cli; print(_cli._runs_as_command())"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert ran.stdout.strip() == "True"
+    out = subprocess.run(
+        [sys.executable, "-m", "escher.cli", "verify", plan, "--cluster", cluster,
+         "--timeout", "60", "--format", "json"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["status"] == "feasible"
