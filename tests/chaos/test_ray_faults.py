@@ -67,14 +67,10 @@ def workers(backend: Any, but: str = "") -> list[str]:
     )
 
 
-@pytest.fixture(params=["resize", "ledger"])
-def backend(request: Any, ray_cluster: Any) -> Any:
-    instance = make_backend(ray_cluster, mode=request.param)
-    escher.init(instance)
-    try:
-        yield instance
-    finally:
-        escher.shutdown()
+@pytest.fixture
+def backend(ray_backend: Any) -> Any:
+    """The shared Ray backend fixture, in each mode (tests/support/ray_cluster.py)."""
+    return ray_backend
 
 
 def test_control_actor_lives_on_the_head_and_a_worker_death_leaves_the_backend_usable(

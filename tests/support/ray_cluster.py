@@ -130,3 +130,16 @@ def make_backend(cluster: Any, **options: Any) -> Any:
 
     skip_unless_mode(options.get("mode", "auto"))
     return RayBackend(address=cluster.address, namespace=NAMESPACE, **options)
+
+
+@pytest.fixture(params=["resize", "ledger"])
+def ray_backend(request: Any, ray_cluster: Any) -> Iterator[Any]:
+    """A RayBackend in each mode, installed as escher's current backend for the test."""
+    import escher
+
+    instance = make_backend(ray_cluster, mode=request.param)
+    escher.init(instance)
+    try:
+        yield instance
+    finally:
+        escher.shutdown()

@@ -65,14 +65,10 @@ def total_on(label: str, node: str) -> float:
     return float(escher.get_cluster_state().node(node).total.get(label, 0.0))
 
 
-@pytest.fixture(params=["resize", "ledger"])
-def backend(request: Any, ray_cluster: Any) -> Iterator[Any]:
-    instance = make_backend(ray_cluster, mode=request.param)
-    escher.init(instance)
-    try:
-        yield instance
-    finally:
-        escher.shutdown()
+@pytest.fixture
+def backend(ray_backend: Any) -> Any:
+    """The shared Ray backend fixture, in each mode (tests/support/ray_cluster.py)."""
+    return ray_backend
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ real Ray tasks."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,21 +14,16 @@ pytest.importorskip("ray")
 import escher
 from escher.esl import DomainAntiAffinity, DomainColocation, DomainSpread
 from escher.testing.conformance import wait_until
-from tests.backends.ray.conftest import make_backend
 from tests.support.spans import Span, span, where
 
 pytestmark = pytest.mark.ray
 WAIT = 60.0
 
 
-@pytest.fixture(params=["resize", "ledger"])
-def backend(request: Any, ray_cluster: Any) -> Iterator[Any]:
-    instance = make_backend(ray_cluster, mode=request.param)
-    escher.init(instance)
-    try:
-        yield instance
-    finally:
-        escher.shutdown()
+@pytest.fixture
+def backend(ray_backend: Any) -> Any:
+    """The shared Ray backend fixture, in each mode (tests/support/ray_cluster.py)."""
+    return ray_backend
 
 
 def zones(backend: Any) -> dict[str, str]:
