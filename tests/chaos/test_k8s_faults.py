@@ -150,6 +150,32 @@ def test_etcd_restart_under_load(k8s_cluster: Any, pool: list[str], tmp_path: Pa
     _restart_under_load(k8s_cluster, pool, tmp_path, k8s_cluster.cp.restart_etcd)
 
 
+def test_pods_start_once_the_token_request_succeeds(
+    k8s_cluster: Any, pool: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kubelet's TokenRequest fails (the API server restarting): it tries again later."""
+    api = k8s_cluster.kubelet.api
+    request_token = api.create_namespaced_service_account_token
+    failures = iter(range(4))
+
+    def flaky(*args: Any, **kwargs: Any) -> Any:
+        if next(failures, None) is not None:
+            raise ConnectionRefusedError("the API server is restarting")
+        return request_token(*args, **kwargs)
+
+    monkeypatch.setattr(api, "create_namespaced_service_account_token", flaky)
+    backend = k8s_cluster.backend(POOL)
+    try:
+        load = Load(backend, pool, tmp_path)
+        load.launch("t", 3)
+        for key, ref in load.refs:
+            assert ref.result(WAIT) == key and ref.retries == 0, ref
+        assert next(failures, None) is None  # every injected failure was met
+        backend.set_resources({load.fixed: 0}, {"CPU": 1})
+    finally:
+        backend.close()
+
+
 # --- a driver that crashes ---------------------------------------------------------------
 DRIVER = textwrap.dedent(
     """

@@ -8,8 +8,10 @@ apiserver and ``ESCHER_TERMINATION_LOG`` pointing at a temp file that stands in 
 container's termination-message path. Like the kubelet, it hands the pod its ServiceAccount's
 token (a TokenRequest bound to the pod, valid while the pod exists): ``KUBECONFIG`` names a
 kubeconfig that authenticates as ``system:serviceaccount:<namespace>:<account>``, so the pod
-has exactly its account's permissions. A pod with ``automountServiceAccountToken: false``
-gets the kubeconfig given to the kubelet instead (``kubeconfig=``).
+has exactly its account's permissions; a TokenRequest that fails (the apiserver restarting)
+is tried again, as the kubelet does, before the pod fails with exit code 126. A pod with
+``automountServiceAccountToken: false`` gets the kubeconfig given to the kubelet instead
+(``kubeconfig=``).
 When the process exits, the pod becomes Succeeded (exit 0) or Failed, with the file's first
 4096 bytes as the termination message, as the kubelet does. Deleting a pod kills its process.
 """
@@ -29,6 +31,7 @@ from typing import Any
 from tests.support.k8s_control_plane import FakeKubelet, _now
 
 TERMINATION_LIMIT = 4096
+RUN_TRIES = 100  # failed starts retried (0.5 s apart) before the pod fails with 126
 _FIELD_REFS = {
     "spec.nodeName": lambda pod: pod.spec.node_name,
     "metadata.name": lambda pod: pod.metadata.name,
@@ -164,7 +167,11 @@ class ExecKubelet(FakeKubelet):
         message_path.write_bytes(b"")
         try:
             env = self._env(pod, container, message_path)
-        except Exception as exc:  # e.g. the TokenRequest was refused
+        except Exception as exc:  # e.g. the TokenRequest failed: the apiserver is restarting
+            if self._retries.get((uid, "run"), 0) < RUN_TRIES:
+                with self._proc_lock:  # as the kubelet does: try the container again later
+                    self._started.discard(uid)
+                raise
             self._terminate(pod, 126, f"cannot prepare the pod's environment: {exc}")
             return
         try:
