@@ -3,11 +3,13 @@
 Test modules of a backend whose extra is not installed are not collected (their tests would
 only be skipped, but some import the extra at module level): so the fast suite runs after
 ``pip install -e '.[test]'`` alone. The header of the run says what was left out.
+urllib3's per-attempt "Retrying" warnings are silenced.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import logging
 
 #: Shared fixtures: one Ray cluster, and `k8s_cluster` (one control plane for the backend's
 #: and the chaos tests).
@@ -21,6 +23,10 @@ _EXTRAS = {
 _missing = {name: v for name, v in _EXTRAS.items() if importlib.util.find_spec(name) is None}
 
 collect_ignore_glob = [pattern for pattern, _ in _missing.values()]
+
+# urllib3 logs each immediate re-connect while an API server restarts; a failing test's report
+# would be those lines. escher logs its own retries (logger "escher.kubernetes").
+logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
 
 
 def pytest_report_header() -> list[str]:
