@@ -28,7 +28,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from tests.support.k8s_control_plane import FakeKubelet, _now
+from tests.support.k8s_control_plane import FakeKubelet, _now, terminated_status
 
 TERMINATION_LIMIT = 4096
 RUN_TRIES = 100  # failed starts retried (0.5 s apart) before the pod fails with 126
@@ -232,40 +232,6 @@ class ExecKubelet(FakeKubelet):
         if current.metadata.uid != pod.metadata.uid or current.status.phase != "Running":
             return
         now = _now()
-        phase = "Succeeded" if code == 0 else "Failed"
-        terminated: dict[str, Any] = {
-            "exitCode": code,
-            "reason": "Completed" if code == 0 else "Error",
-            "startedAt": now,
-            "finishedAt": now,
-        }
-        if message:
-            terminated["message"] = message
-        body = {
-            "status": {
-                "phase": phase,
-                "conditions": [
-                    {
-                        "type": t,
-                        "status": "False",
-                        "reason": "PodCompleted",
-                        "lastTransitionTime": now,
-                    }
-                    for t in ("ContainersReady", "Ready")
-                ],
-                "containerStatuses": [
-                    {
-                        "name": c.name,
-                        "image": c.image or "",
-                        "imageID": "",
-                        "ready": False,
-                        "started": False,
-                        "restartCount": 0,
-                        "state": {"running": None, "terminated": terminated},
-                    }
-                    for c in current.spec.containers
-                ],
-            }
-        }
+        body = terminated_status(current, code, message, now, now)
         self.api.patch_namespaced_pod_status(name, ns, body)
-        self.transitions.append((f"{ns}/{name}", phase, now))
+        self.transitions.append((f"{ns}/{name}", body["status"]["phase"], now))

@@ -787,6 +787,37 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def terminated_status(pod: Any, code: int, message: str, started: str, now: str) -> dict[str, Any]:
+    """The status patch of a pod whose containers exited with `code` (0: Succeeded)."""
+    terminated: dict[str, Any] = {
+        "exitCode": code,
+        "reason": "Completed" if code == 0 else "Error",
+        "startedAt": started,
+        "finishedAt": now,
+    }
+    if message:
+        terminated["message"] = message
+    not_ready = {"status": "False", "reason": "PodCompleted", "lastTransitionTime": now}
+    return {
+        "status": {
+            "phase": "Succeeded" if code == 0 else "Failed",
+            "conditions": [{"type": t, **not_ready} for t in ("ContainersReady", "Ready")],
+            "containerStatuses": [
+                {
+                    "name": c.name,
+                    "image": c.image or "",
+                    "imageID": "",
+                    "ready": False,
+                    "started": False,
+                    "restartCount": 0,
+                    "state": {"running": None, "terminated": terminated},
+                }
+                for c in pod.spec.containers
+            ],
+        }
+    }
+
+
 def set_node_resources(
     api: Any,
     name: str,
@@ -1166,41 +1197,8 @@ class FakeKubelet:
             for cs in pod.status.container_statuses or []:
                 if cs.state and cs.state.running and cs.state.running.started_at:
                     started = cs.state.running.started_at.strftime("%Y-%m-%dT%H:%M:%SZ")
-            phase = "Succeeded" if code == 0 else "Failed"
-            terminated: dict[str, Any] = {
-                "exitCode": code,
-                "reason": "Completed" if code == 0 else "Error",
-                "startedAt": started,
-                "finishedAt": now,
-            }
-            if message:
-                terminated["message"] = message
-            body = {
-                "status": {
-                    "phase": phase,
-                    "conditions": [
-                        {
-                            "type": t,
-                            "status": "False",
-                            "reason": "PodCompleted",
-                            "lastTransitionTime": now,
-                        }
-                        for t in ("ContainersReady", "Ready")
-                    ],
-                    "containerStatuses": [
-                        {
-                            "name": c,
-                            "image": images[c],
-                            "imageID": "",
-                            "ready": False,
-                            "started": False,
-                            "restartCount": 0,
-                            "state": {"running": None, "terminated": terminated},
-                        }
-                        for c in containers
-                    ],
-                }
-            }
+            body = terminated_status(pod, code, message, started, now)
+            phase = body["status"]["phase"]
             if message:
                 body["status"]["message"] = message
             self.api.patch_namespaced_pod_status(name, ns, body)
