@@ -17,6 +17,7 @@ import contextlib
 import functools
 import gc
 import json
+import marshal
 import math
 from collections.abc import Hashable, Iterable, Iterator
 from importlib import resources as _resources
@@ -174,50 +175,63 @@ _ENTRIES = {"plan": ("tasks", ("name", "source")), "cluster": ("nodes", ("id",))
 
 
 def _entry_shape(entry: Any, free: tuple[str, ...]) -> Hashable | None:
-    """What decides whether an entry is valid: every field with its value (its `repr`, which
-    tells ``1``, ``1.0`` and ``true`` apart), the free-text fields by type and emptiness
-    only. None for an entry that is not an object (it is validated on its own)."""
+    """What decides whether an entry is valid: its fields with their values, a non-empty
+    string in a free-text field counting as any other (as one `marshal` string, or `repr`
+    for values marshal cannot write: both tell ``1``, ``1.0`` and ``true`` apart). None for
+    an entry that is not an object (it is validated on its own)."""
     if type(entry) is not dict:
         return None
-    return tuple(
-        (field, type(value), value == "") if field in free else (field, repr(value))
-        for field, value in entry.items()
-    )
+    rest = entry.copy()
+    for name in free:
+        value = rest.get(name)
+        if type(value) is str and value:
+            rest[name] = "-"
+    try:
+        return marshal.dumps(rest)
+    except ValueError:  # not a value of a JSON document (e.g. a NumPy number)
+        return repr(rest)
 
 
-def _by_shape(data: Any, kind: str) -> Any:
-    """A document with one entry per shape (`_entry_shape`) in its list of tasks or nodes:
-    it is valid exactly when `data` is, so a plan written one entry per task is validated
-    at the cost of its distinct shapes. Any other document is returned as it is."""
+def _by_shape(data: Any, kind: str) -> tuple[Any, list[Hashable | None] | None]:
+    """A document with one entry per shape (`_entry_shape`) in its list of tasks or nodes
+    (it is valid exactly when `data` is, so a plan written one entry per task is validated
+    at the cost of its distinct shapes), and the shape of each entry. Any other document is
+    returned as it is, with None."""
     where, free = _ENTRIES[kind]
     if not isinstance(data, dict) or not isinstance(data.get(where), list):
-        return data
+        return data, None
     seen: set[Hashable] = set()
     kept: list[Any] = []
-    for entry in data[where]:
-        shape = _entry_shape(entry, free)
+    shapes = [_entry_shape(entry, free) for entry in data[where]]
+    for entry, shape in zip(data[where], shapes, strict=True):
         if shape is None or shape not in seen:
             kept.append(entry)
             if shape is not None:
                 seen.add(shape)
     if len(kept) == len(data[where]):
-        return data
-    return {**data, where: kept}
+        return data, shapes
+    return {**data, where: kept}, shapes
 
 
-def validate_document(data: Any, kind: str, *, source: str) -> None:
+def validate_document(data: Any, kind: str, *, source: str) -> list[Hashable] | None:
     """Check `data` against the schema of `kind` (``"plan"`` or ``"cluster"``).
 
     Task (node) entries that differ only in their names and sources (ids) are checked once
     (the schema says the same of each); a document with a problem is checked whole, so the
     error names the first bad place in document order.
 
+    Returns:
+        The shape of each task (node) entry of a valid document: entries of one shape differ
+        only in their names and sources (ids), so one value built from the first serves them
+        all. None when the document has no such list.
+
     Raises:
         PlanFormatError: the first problem in document order, as ``source: place: what``.
     """
     try:
-        _compiled(kind)(_by_shape(data, kind) if kind in _ENTRIES else data)
-        return
+        reduced, shapes = _by_shape(data, kind) if kind in _ENTRIES else (data, None)
+        _compiled(kind)(reduced)
+        return shapes
     except fastjsonschema.JsonSchemaException as exc:
         fast_message = str(exc).replace("data", "", 1).lstrip(".")
     except (RecursionError, TypeError, ValueError, OverflowError) as exc:

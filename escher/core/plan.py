@@ -8,7 +8,7 @@ by hand or load it from a plan file.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -347,11 +347,12 @@ class Plan:
 
     @classmethod
     def _from_dict(cls, data: Any, source: str) -> Plan:
-        validate_document(data, "plan", source=source)
+        shapes = validate_document(data, "plan", source=source)
+        assert shapes is not None  # a valid plan has a list of tasks
         plan = cls()
         for i, raw in enumerate(data.get("resources", ())):
             _at(f"{source}: resources[{i}]", lambda r=raw: _add_resource(plan, r))
-        _add_tasks(plan, data["tasks"], source)
+        _add_tasks(plan, data["tasks"], shapes, source)
         plan._checked = tuple(plan.tasks)  # built from checked entries
         for i, raw in enumerate(data.get("intents", ())):
             _at(f"{source}: intents[{i}]", lambda r=raw: plan.add_intent(_intent_from_dict(r)))
@@ -537,38 +538,36 @@ def _task_to_dict(t: PlannedTask) -> dict[str, Any]:
     }
 
 
-_Shared = dict[tuple[str, str], tuple[Resources, tuple[ResourceCreation, ...]]]
+def _entry(raw: Mapping[str, Any]) -> tuple[Resources, tuple[ResourceCreation, ...], int, bool]:
+    """The request, creations, count and concurrency of a (schema-checked) task entry."""
+    made = tuple(
+        ResourceCreation(validate_label(k), validate_quantity(v, what=f"capacity of {k!r}"))
+        for k, v in (raw.get("creates") or {}).items()
+    )
+    return (
+        Resources.of(raw.get("resources") or {}),
+        made,
+        raw.get("count", 1),
+        raw.get("concurrent", True),
+    )
 
 
-def _request(raw: Mapping[str, Any], shared: _Shared) -> tuple[Resources, tuple[Any, ...]]:
-    """The request and creations of a (schema-checked) task entry; entries with the same
-    request and creations share one checked value (a plan written one entry per task checks
-    each distinct one once)."""
-    request = raw.get("resources") or {}
-    creates = raw.get("creates") or {}
-    key = (repr(request), repr(creates))  # tells 1, 1.0 and true apart
-    if key not in shared:
-        made = tuple(
-            ResourceCreation(validate_label(k), validate_quantity(v, what=f"capacity of {k!r}"))
-            for k, v in creates.items()
-        )
-        shared[key] = (Resources.of(request), made)
-    return shared[key]
-
-
-def _add_tasks(plan: Plan, entries: list[Any], source: str) -> None:
-    """The task entries of a (schema-checked) plan document, in order.
+def _add_tasks(plan: Plan, entries: list[Any], shapes: list[Hashable], source: str) -> None:
+    """The task entries of a (schema-checked) plan document, in order. Entries of one shape
+    (`validate_document`: they differ only in name and source) share one checked request,
+    so a plan written one entry per task costs its distinct shapes plus a name each.
 
     Raises:
         PlanFormatError: a duplicate name, a bad request or too many replicas, naming the
             entry.
     """
-    shared: _Shared = {}
+    built: dict[Hashable, tuple[Resources, tuple[ResourceCreation, ...], int, bool]] = {}
     index = plan._by_name()
+    tasks = plan.tasks
     total = 0
-    for i, raw in enumerate(entries):
-        name, count = raw["name"], raw.get("count", 1)
-        total += count
+    for i, (raw, shape) in enumerate(zip(entries, shapes, strict=True)):
+        name = raw["name"]
+        total += raw.get("count", 1)
         if total > MAX_REPLICAS:
             raise PlanFormatError(
                 f"{source}: tasks[{i}].count: more than {MAX_REPLICAS:,} replicas in all."
@@ -577,20 +576,16 @@ def _add_tasks(plan: Plan, entries: list[Any], source: str) -> None:
             raise PlanFormatError(
                 f"{source}: tasks[{i}]: the plan already has a task named {name!r}."
             )
-        try:
-            request, made = _request(raw, shared)
-        except ValidationError as exc:
-            raise PlanFormatError(f"{source}: tasks[{i}]: {exc}") from None
-        task = PlannedTask(
-            name,
-            request,
-            count,
-            made,
-            raw.get("concurrent", True),
-            raw.get("source") or f"task {name!r}",
+        spec = built.get(shape)
+        if spec is None:
+            try:
+                spec = built[shape] = _entry(raw)
+            except ValidationError as exc:
+                raise PlanFormatError(f"{source}: tasks[{i}]: {exc}") from None
+        task = index[name] = PlannedTask(
+            name, spec[0], spec[2], spec[1], spec[3], raw.get("source") or f"task {name!r}"
         )
-        plan.tasks.append(task)
-        index[name] = task
+        tasks.append(task)
 
 
 # Intent fields beyond kind/tasks/source/weight, per class, as (attribute, file field).

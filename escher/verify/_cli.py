@@ -6,10 +6,13 @@ all within `--timeout`. Exit codes are `EXIT_CODES` (documented in the command's
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,7 @@ from rich.table import Table
 
 from escher.cli.conventions import command, console, fail
 from escher.core.cluster import ClusterState
+from escher.core.formats import paused_gc
 from escher.core.plan import Plan
 from escher.verify._result import (
     EXIT_BAD_INPUT,
@@ -69,6 +73,42 @@ def _started() -> float:
     except (OSError, ValueError, IndexError):
         return now
     return now - age if 0 <= age < 60 else now
+
+
+@contextlib.contextmanager
+def _frozen_heap() -> Iterator[None]:
+    """Keep what exists now (the plan, the cluster, the verdict: thousands of objects for a
+    plan written one entry per task, alive until the command ends) out of the cycle
+    collector's passes while the rest of the command runs."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+def json_text(data: dict[str, Any]) -> str:
+    """`data` as ``json.dumps(data, indent=2, sort_keys=True)`` would write it, except that
+    each task of the witness takes one line (``"task": ["node", ...]``): the same document,
+    written by the fast encoder for a witness of thousands of tasks."""
+    witness = data.get("witness")
+    if not witness:
+        return json.dumps(data, indent=2, sort_keys=True)
+    encode = json.encoder.encode_basestring_ascii
+    lines = ",\n".join(
+        f"    {encode(task)}: [{', '.join(map(encode, nodes))}]"
+        for task, nodes in sorted(witness.items())
+    )
+    parts = [
+        f"  {encode(key)}: "
+        + (
+            "{\n" + lines + "\n  }"
+            if key == "witness"
+            else json.dumps(data[key], indent=2, sort_keys=True).replace("\n", "\n  ")
+        )
+        for key in sorted(data)
+    ]
+    return "{\n" + ",\n".join(parts) + "\n}"
 
 
 def _state(cluster: str | None, backend: str | None) -> tuple[ClusterState, str]:
@@ -201,26 +241,28 @@ def verify(
         fail("give --cluster or --backend, not both.", EXIT_BAD_INPUT)
     if not 0 < timeout < float("inf"):
         fail(f"--timeout must be a positive number of seconds, got {timeout}.", EXIT_BAD_INPUT)
-    plan = Plan.load(plan_file)
-    state, origin = _state(cluster, backend)
-    run = Verifier(plan, state, deadline=start + timeout - min(OUTPUT_SHARE * timeout, 1.0))
-    verdict = run.verdict()
-    printer = None if fmt == "json" else _Printer()
-    where = _where(state, origin)
-    if printer is not None:
-        printer.verdict(verdict, where)
-    proofs = not no_intents and any(not i.preferred for i in plan.intents)
-    # The verdict and its cause are already printed: shrinking is polish, kept short.
-    result = run.explain(EXPLAIN_SHARE if proofs else 1.0, capped=True)
-    if printer is not None:
-        printer.rest(result)
-    if not no_intents:
-        for r in run.intents():
-            if printer is not None:
-                printer.intent(r)
-    result = run.result()
-    if printer is None:
-        data: dict[str, Any] = result.to_dict()
-        data["cluster"] = where
-        click.echo(json.dumps(data, indent=2, sort_keys=True))
+    with paused_gc():
+        plan = Plan.load(plan_file)
+        state, origin = _state(cluster, backend)
+        run = Verifier(plan, state, deadline=start + timeout - min(OUTPUT_SHARE * timeout, 1.0))
+        verdict = run.verdict()
+    with _frozen_heap():
+        printer = None if fmt == "json" else _Printer()
+        where = _where(state, origin)
+        if printer is not None:
+            printer.verdict(verdict, where)
+        proofs = not no_intents and any(not i.preferred for i in plan.intents)
+        # The verdict and its cause are already printed: shrinking is polish, kept short.
+        result = run.explain(EXPLAIN_SHARE if proofs else 1.0, capped=True)
+        if printer is not None:
+            printer.rest(result)
+        if not no_intents:
+            for r in run.intents():
+                if printer is not None:
+                    printer.intent(r)
+        result = run.result()
+        if printer is None:
+            data: dict[str, Any] = result.to_dict()
+            data["cluster"] = where
+            click.echo(json_text(data))
     sys.exit(result.exit_code)
