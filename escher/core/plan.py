@@ -8,8 +8,9 @@ by hand or load it from a plan file.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Hashable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -380,8 +381,8 @@ class Plan:
         names: set[str] = set()
         tasks = tuple(self.tasks)
         same = len(tasks) == len(self._checked)
-        if tasks and same and all(a is b for a, b in zip(tasks, self._checked, strict=True)):
-            names.update(t.name for t in tasks)
+        if tasks and same and all(map(operator.is_, tasks, self._checked)):
+            names = {t.name for t in tasks}
         else:
             for i, t in enumerate(tasks):
                 try:
@@ -538,16 +539,27 @@ def _task_to_dict(t: PlannedTask) -> dict[str, Any]:
     }
 
 
-def _entry(raw: Mapping[str, Any]) -> tuple[Resources, tuple[ResourceCreation, ...], int, bool]:
-    """The request, creations, count and concurrency of a (schema-checked) task entry."""
+# A task read from a file gets its (checked) fields at once, as `PlannedTask.__init__` would
+# set them one by one: a plan of thousands of entries makes thousands of tasks.
+# (name, request, count, creations, concurrency, source: the order of `_entry` + name, source).
+_TASK_FIELDS = tuple(f.name for f in fields(PlannedTask))
+
+
+def _new_task() -> PlannedTask:
+    task: PlannedTask = object.__new__(PlannedTask)
+    return task
+
+
+def _entry(raw: Mapping[str, Any]) -> tuple[Resources, int, tuple[ResourceCreation, ...], bool]:
+    """The request, count, creations and concurrency of a (schema-checked) task entry."""
     made = tuple(
         ResourceCreation(validate_label(k), validate_quantity(v, what=f"capacity of {k!r}"))
         for k, v in (raw.get("creates") or {}).items()
     )
     return (
         Resources.of(raw.get("resources") or {}),
-        made,
         raw.get("count", 1),
+        made,
         raw.get("concurrent", True),
     )
 
@@ -561,7 +573,7 @@ def _add_tasks(plan: Plan, entries: list[Any], shapes: list[Hashable], source: s
         PlanFormatError: a duplicate name, a bad request or too many replicas, naming the
             entry.
     """
-    built: dict[Hashable, tuple[Resources, tuple[ResourceCreation, ...], int, bool]] = {}
+    built: dict[Hashable, tuple[Resources, int, tuple[ResourceCreation, ...], bool]] = {}
     index = plan._by_name()
     tasks = plan.tasks
     total = 0
@@ -582,8 +594,9 @@ def _add_tasks(plan: Plan, entries: list[Any], shapes: list[Hashable], source: s
                 spec = built[shape] = _entry(raw)
             except ValidationError as exc:
                 raise PlanFormatError(f"{source}: tasks[{i}]: {exc}") from None
-        task = index[name] = PlannedTask(
-            name, spec[0], spec[2], spec[1], spec[3], raw.get("source") or f"task {name!r}"
+        task = index[name] = _new_task()
+        task.__dict__.update(
+            zip(_TASK_FIELDS, (name, *spec, raw.get("source") or f"task {name!r}"), strict=True)
         )
         tasks.append(task)
 

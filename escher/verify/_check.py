@@ -213,12 +213,18 @@ def _count_errors(
 ) -> list[str]:
     errors: list[str] = []
     tasks = {t.name for t in plan.tasks}
-    errors.extend(f"placement names unknown task {n!r}" for n in placement if n not in tasks)
+    if len(placement) != len(tasks) or not tasks.issuperset(placement):
+        errors.extend(f"placement names unknown task {n!r}" for n in placement if n not in tasks)
+    used: set[str] = set()
     for t in plan.tasks:
-        nodes = list(placement.get(t.name, ()))
+        nodes = placement.get(t.name, ())
         if len(nodes) != t.count:
             errors.append(f"task {t.name!r}: {len(nodes)} replicas placed, needs {t.count}")
-        errors.extend(f"task {t.name!r}: no alive node {n!r}" for n in nodes if n not in alive)
+        used.update(nodes)
+    if not used.issubset(alive):
+        for t in plan.tasks:
+            nodes = placement.get(t.name, ())
+            errors.extend(f"task {t.name!r}: no alive node {n!r}" for n in nodes if n not in alive)
     return errors
 
 
@@ -232,6 +238,8 @@ def _with_creations(
     cap: dict[str, dict[str, float]] = dict(avail)
     made: dict[str, dict[str, float]] = defaultdict(dict)
     for t in plan.tasks:
+        if not t.creates:
+            continue
         for n in placement[t.name]:
             for c in t.creates:
                 made[n][c.label] = max(made[n].get(c.label, 0.0), c.capacity)
@@ -247,41 +255,42 @@ def _loads(
 ) -> dict[str, dict[str, float]]:
     """Per node, what `tasks` placed there request together (replicas with one request are
     counted first: a plan written one entry per task costs what replicas cost)."""
-    count: dict[tuple[str, int], int] = defaultdict(int)
+    by_request: dict[int, list[str]] = defaultdict(list)
     request: dict[int, Resources] = {}
     for t in tasks:
-        request[id(t.resources)] = t.resources
         key = id(t.resources)
-        for n in placement[t.name]:
-            count[(n, key)] += 1
+        request[key] = t.resources
+        by_request[key].extend(placement[t.name])
     load: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    for (n, key), k in count.items():
-        vec = load[n]
-        for r, q in request[key].items():
-            vec[r] += q * k
+    for key, nodes in by_request.items():
+        items = list(request[key].items())
+        for n, k in Counter(nodes).items():
+            vec = load[n]
+            for r, q in items:
+                vec[r] += q * k
     return load
 
 
 def _group_errors(
     plan: Plan, placement: Mapping[str, Sequence[str]], cap: dict[str, dict[str, float]]
 ) -> tuple[list[str], set[str]]:
-    """Simultaneous groups (all concurrent tasks; each gang) over a node's capacity."""
-    tasks = {t.name: t for t in plan.tasks}
+    """Simultaneous groups (all concurrent tasks; each gang) over a node's capacity; and the
+    names of the tasks in a gang."""
     gangs = [set(i.tasks) for i in plan.intents if isinstance(i, Gang) and not i.preferred]
-    groups: list[tuple[str, set[str]]] = [
-        ("concurrent tasks", {t.name for t in plan.tasks if t.concurrent})
+    groups: list[tuple[str, list[PlannedTask]]] = [
+        ("concurrent tasks", [t for t in plan.tasks if t.concurrent])
     ]
-    groups += [(f"gang {sorted(g)}", g) for g in gangs]
+    groups += [(f"gang {sorted(g)}", [plan.task(name) for name in g]) for g in gangs]
     errors: list[str] = []
     for label, members in groups:
-        load = _loads(placement, [tasks[name] for name in members])
+        load = _loads(placement, members)
         for n, vec in sorted(load.items()):
             for r, q in sorted(Resources(vec).shortfall(cap[n]).items()):
                 errors.append(
                     f"node {n!r}: {label} need {vec[r]:g} {r}, it has {cap[n].get(r, 0.0):g}"
                     f" ({q:g} short)"
                 )
-    return errors, set().union(*(g for _, g in groups))
+    return errors, set().union(*gangs)
 
 
 def check_placement(
@@ -308,9 +317,9 @@ def check_placement(
     if errors:
         return errors
     cap = _with_creations(plan, placement, avail, held)
-    errors, in_group = _group_errors(plan, placement, cap)
+    errors, ganged = _group_errors(plan, placement, cap)
     for t in plan.tasks:
-        if t.name in in_group:
+        if t.concurrent or t.name in ganged:
             continue
         for i, n in enumerate(placement[t.name]):
             if not t.resources.fits_in(cap[n]):

@@ -62,23 +62,30 @@ def plan_facts(plan: Plan) -> PlanFacts:
         if known is plan and known_tasks == tasks:
             _memo.insert(0, _memo.pop(j))
             return facts
-    requests = list(dict.fromkeys(t.resources for t in tasks))
-    by_sid = {}
-    sid = {}
-    cls: dict[str, int] = {}
+    # Tasks read from one file share their request objects: tell classes apart by identity
+    # first (cheap), by value once per distinct object.
+    distinct = {id(t.resources): t.resources for t in tasks}
+    requests = list(dict.fromkeys(distinct.values()))
+    names = [t.name for t in tasks]
+    sid = {name: "task:" + name for name in names}
     classes: dict[tuple[Any, ...], int] = {}
+    by_id: dict[tuple[int, int, bool], int] = {}
+    of_task = []
     for t in tasks:
-        sid[t.name] = key = f"task:{t.name}"
-        by_sid[key] = t
-        cls[t.name] = classes.setdefault((t.resources, t.creates, t.concurrent), len(classes))
+        ident = (id(t.resources), id(t.creates), t.concurrent)
+        got = by_id.get(ident)
+        if got is None:
+            key = (t.resources, t.creates, t.concurrent)
+            got = by_id[ident] = classes.setdefault(key, len(classes))
+        of_task.append(got)
     facts = PlanFacts(
         requests,
         list(dict.fromkeys(c for t in tasks for c in t.creates)),
         sorted({r for req in requests for r in req}),
-        by_sid,
+        dict(zip(sid.values(), tasks, strict=True)),
         sid,
-        cls,
-        {t.name: i for i, t in enumerate(tasks)},
+        dict(zip(names, of_task, strict=True)),
+        dict(zip(names, range(len(names)), strict=True)),
         {},
     )
     for t in tasks:

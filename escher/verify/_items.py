@@ -132,7 +132,7 @@ def items(
             per = reps if is_merged else 1
             b.members.append((u, per))
             b.stmts.update(merge_stmts[u])
-            b.stmts.update(sid[name] for name, _ in ctx.members[u])
+            b.stmts.update([sid[name] for name, _ in ctx.members[u]])
             v = _vec(task, ridx, ctx.scale, nres)
             b.add_load(list(g.gang_of.get(task.name, [])) + [CONC] * task.concurrent, v, per)
             for c in task.creates:

@@ -35,14 +35,17 @@ def _identity(ctx: Ctx) -> tuple[dict[str, tuple[int, ...]], set[str]]:
 
 
 def _split_off(
-    task: PlannedTask, n_split: int, out: dict[str, tuple[PlannedTask, int]], members: Members
+    task: PlannedTask,
+    n_split: int,
+    first: dict[str, PlannedTask],
+    reps: dict[str, int],
+    members: Members,
 ) -> list[str]:
     """Single-replica units ``task#0``, ``task#1``... for the first `n_split` replicas."""
     made = []
     for j in range(n_split):
         u = f"{task.name}#{j}"
-        out[u] = (task, 1)
-        members[u] = [(task.name, 1)]
+        first[u], reps[u], members[u] = task, 1, [(task.name, 1)]
         made.append(u)
     return made
 
@@ -53,34 +56,39 @@ def units(
     """Stage 4: identical tasks grouped into units; split-off replicas for scenarios.
 
     Returns:
-        unit -> (representative task, replicas); task -> its units; unit -> member tasks
-        with their replicas (in plan order).
+        unit -> (representative task, replicas); task -> its units, for every task an
+        intent or a scenario names (the others are found through the members); unit ->
+        member tasks with their replicas (in plan order).
     """
     named, keep = _identity(ctx)
     facts = plan_facts(ctx.plan)
-    out: dict[str, tuple[PlannedTask, int]] = {}
+    reps: dict[str, int] = {}
+    first: dict[str, PlannedTask] = {}
     task_units: dict[str, list[str]] = {}
     members: Members = {}
-    by_key: dict[tuple[Any, ...], str] = {}
-    split, active = ctx.mods.split, ctx.active
+    by_key: dict[Any, str] = {}
+    split, active, sid, cls = ctx.mods.split, ctx.active, facts.sid, facts.cls
+    special = named.keys() | keep | split.keys()
     for task in ctx.plan.tasks:
         name = task.name
-        if active is not None and facts.sid[name] not in active:
+        if active is not None and sid[name] not in active:
             continue
         rest = task.count
-        mine = task_units[name] = []
-        if name in split:
-            mine += _split_off(task, min(split[name], rest), out, members)
-            rest -= len(mine)
-            if not rest:
-                continue
-        key = (facts.cls[name], named.get(name, ()), name if name in keep else "")
+        if name not in special:  # one unit per class (as the key below with no intents)
+            key: Any = cls[name]
+        else:
+            mine = task_units[name] = []
+            if name in split:
+                mine += _split_off(task, min(split[name], rest), first, reps, members)
+                rest -= len(mine)
+                if not rest:
+                    continue
+            key = (cls[name], named.get(name, ()), name if name in keep else "")
+            mine.append(by_key.get(key, name))
         u = by_key.get(key)
         if u is None:
             u = by_key[key] = name
-            out[u] = (task, 0)
-            members[u] = []
-        out[u] = (out[u][0], out[u][1] + rest)
+            first[u], reps[u], members[u] = task, 0, []
+        reps[u] += rest
         members[u].append((name, rest))
-        mine.append(u)
-    return out, task_units, members
+    return {u: (task, reps[u]) for u, task in first.items()}, task_units, members

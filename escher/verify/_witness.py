@@ -25,7 +25,11 @@ def to_witness(p: Problem, placement: Placement) -> dict[str, list[str]]:
     for unit, nodes in per_unit.items():
         pos = 0
         for task, count in p.units.get(unit, [(unit, len(nodes))]):
-            out.setdefault(task, []).extend(nodes[pos : pos + count])
+            got = nodes[pos : pos + count]
+            if task in out:  # split into several units
+                out[task].extend(got)
+            else:
+                out[task] = got
             pos += count
     return {k: sorted(v) if len(v) > 1 else v for k, v in sorted(out.items())}
 
