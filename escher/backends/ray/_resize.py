@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from escher.backends.ray._entry import Entry
+from escher.backends.ray._shrink import SHRINK_LEASE
 from escher.backends.ray._state import (
     RawView,
     keep_running,
@@ -206,6 +207,9 @@ class ResizeStore(EphemeralStore):
                     control.shrink_pending.remote(self._prefix, node, start, stamp),
                     self._timeout,
                 )
+                # Workers reuse a marker read for a moment: outlast the reads sent before
+                # the marker was published (escher.backends.ray._shrink).
+                time.sleep(SHRINK_LEASE)
         except Exception:  # the reconciler announces it again on its next round
             return
         with self._lock:

@@ -16,7 +16,7 @@ from typing import Any
 
 from escher.backends.ray._config import WorkerConfig
 from escher.backends.ray._gate import claim
-from escher.backends.ray._shrink import WAIT_FOR_SHRINK, held_labels, shrinking
+from escher.backends.ray._shrink import WAIT_FOR_SHRINK, held_labels, marker_stale, shrinking
 
 #: What a task returns when it was cancelled before its body ran.
 CANCELLED = "__escher_cancelled__"
@@ -27,6 +27,7 @@ CLAIM_TIMEOUT = 60.0
 
 _lock = threading.Lock()
 _backends: dict[WorkerConfig, Any] = {}
+_node = ""  # this worker's node id, once known
 
 
 def worker_backend(config: WorkerConfig) -> Any:
@@ -74,10 +75,8 @@ def run_task(
     kwargs: Mapping[str, Any],
 ) -> Any:
     """Run `fn(*args, **kwargs)` as escher task `key`; return (node, value)."""
-    import ray
-
     backend = worker_backend(config)
-    node = ray.get_runtime_context().get_node_id()
+    node = _node or _this_node()
     try:
         if config.mode == "resize" and not _shrink_allows(backend, config.prefix, node):
             return WAIT_FOR_SHRINK, node  # body not run; the unit goes back to Ray
@@ -94,6 +93,15 @@ def run_task(
     return node, value
 
 
+def _this_node() -> str:
+    """The id of the node this worker process runs on (it never moves)."""
+    global _node
+    import ray
+
+    _node = str(ray.get_runtime_context().get_node_id())
+    return _node
+
+
 def _shrink_allows(backend: Any, prefix: str, node: str) -> bool:
     """False if a pending shrink of a label the task holds leaves no room for it
     (`escher.backends.ray._shrink`)."""
@@ -101,4 +109,7 @@ def _shrink_allows(backend: Any, prefix: str, node: str) -> bool:
     if not labels or not shrinking(prefix, node, labels, CLAIM_TIMEOUT):
         return True
     admitted = backend.control().shrink_admit.remote(prefix, node, labels)
-    return bool(admitted.future().result(timeout=CLAIM_TIMEOUT))
+    if not admitted.future().result(timeout=CLAIM_TIMEOUT):
+        return False
+    marker_stale(prefix, node)  # the shrink is over (or was not known): read it again
+    return True

@@ -13,13 +13,23 @@ escher enforces it just before a task's body runs:
   node in Ray's control store (namespace `NAMESPACE`). The writer ends it once Ray's total
   reached the asked capacity (its reconciler keeps trying) and before any later write of
   that label on that node.
-* A task that holds labels reads its node's marker (one read of the control store). If one
+* A task that holds labels reads its node's marker (one read of the control store; a
+  worker process reuses a read for `MARKER_TTL` seconds, see below). If one
   of its labels has a pending shrink there, it asks the control actor, which tries the
   shrink again: the resize call is atomic at the node and lowers the total as far as what
   is in use allows, this task's own unit included. If the total reaches the asked capacity,
   every holder fits, the shrink is over and the task runs. Otherwise the task returns
   `WAIT_FOR_SHRINK` without running its body, its unit goes back to Ray, and its driver
   submits it again a moment later (the same attempt: it never started).
+
+A worker process keeps the marker it read for `MARKER_TTL` seconds, counted from before it
+sent the read, and a writer that announced a new pending shrink waits `SHRINK_LEASE`
+(more than twice as long) before its write returns. So a task that starts after the write
+returned never decides on a read sent before the marker was published: such a read expired
+before the writer's wait ended. A task that starts while the write is still in flight may
+run on the old capacity, as with any write not returned yet. A marker seen in a read that
+is no longer current costs one question to the control actor, which answers from what it
+knows (nothing pending: the task runs).
 
 Members of a placed gang pass: their units were reserved with the gang before the shrink
 (running tasks keep what they hold), and they hold them in the gang's placement group.
@@ -29,6 +39,8 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -40,6 +52,11 @@ WAIT_FOR_SHRINK = "__escher_wait_for_shrink__"
 
 #: The control-store namespace of the per-node markers of pending shrinks.
 NAMESPACE = b"escher-shrink"
+
+#: Seconds a worker process reuses its read of a node's marker (from before it sent it).
+MARKER_TTL = 0.1
+#: Seconds a writer waits after announcing a new pending shrink (> 2 x `MARKER_TTL`).
+SHRINK_LEASE = 0.25
 
 #: Ray's names of a placement group's bundle resources: "<name>_group_[<index>_]<pg id>".
 _BUNDLE_NAME = re.compile(r"_group_(\d+_)?[0-9a-f]{36}$")
@@ -75,12 +92,44 @@ def held_labels(prefix: str) -> dict[str, float]:
     }
 
 
+class MarkerCache:
+    """A worker process's recent reads of node markers (each reused for `MARKER_TTL` s)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._read: dict[bytes, tuple[float, frozenset[str]]] = {}  # key -> (sent at, names)
+
+    def names(self, prefix: str, node: str, timeout: float) -> frozenset[str]:
+        """The Ray names with a pending shrink on `node`, read at most `MARKER_TTL` ago."""
+        key = _marker(prefix, node)
+        now = time.monotonic()
+        with self._lock:
+            known = self._read.get(key)
+        if known is not None and now - known[0] < MARKER_TTL:
+            return known[1]
+        raw = _kv().internal_kv_get(key, NAMESPACE, timeout=timeout)
+        names = frozenset(json.loads(raw)) if raw else frozenset()
+        with self._lock:
+            self._read[key] = (now, names)
+        return names
+
+    def drop(self, prefix: str, node: str) -> None:
+        """Forget the read of `node`'s marker (the control actor knew it was stale)."""
+        with self._lock:
+            self._read.pop(_marker(prefix, node), None)
+
+
+_markers = MarkerCache()
+
+
 def shrinking(prefix: str, node: str, labels: Mapping[str, float], timeout: float) -> bool:
-    """True if a shrink of one of `labels` is pending on `node` (the task must ask)."""
-    raw = _kv().internal_kv_get(_marker(prefix, node), NAMESPACE, timeout=timeout)
-    if not raw:
-        return False
-    return any(name in labels for name in json.loads(raw))
+    """True if a shrink of one of `labels` may be pending on `node` (the task must ask)."""
+    return not _markers.names(prefix, node, timeout).isdisjoint(labels)
+
+
+def marker_stale(prefix: str, node: str) -> None:
+    """The control actor admitted a task the marker held back: read the marker again."""
+    _markers.drop(prefix, node)
 
 
 def waits_for_shrink(out: Any) -> bool:

@@ -18,6 +18,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from escher.backends.ray._completion import on_completed
 from escher.backends.ray._config import WorkerConfig
 from escher.backends.ray._entry import Entry, SplitRequest
 from escher.backends.ray._gate import Gate, attempt_key, block_of, retry_key
@@ -168,9 +169,9 @@ class TaskTable:
             self._finish(entry, error=error)
             return
         entry.object_ref = object_ref
-        key = entry.key
+        key, put = entry.key, self._completions.put
         # Ray calls this on its own I/O thread, which must never block: hand over.
-        object_ref.future().add_done_callback(lambda fut: self._completions.put((key, fut)))
+        on_completed(object_ref, lambda result: put((key, result)))
         self._ensure_threads()
 
     def _remote_for(self, fn: Any) -> tuple[Any, bool]:
@@ -231,36 +232,32 @@ class TaskTable:
         return with_options[1]
 
     # --- settling ----------------------------------------------------------------------
-    def _on_done(self, key: str, future: Any) -> None:
+    def _on_done(self, key: str, out: Any) -> None:
+        """Settle attempt `key` with what Ray stored: its value, or the error instead."""
         import ray.exceptions as rex
 
         with self._lock:
             entry = self._by_key.get(key)
         if entry is None:
             return
-        try:
-            out = future.result()
-        except rex.TaskCancelledError:
+        if not isinstance(out, BaseException):
+            self._on_value(entry, out, key)
+        elif isinstance(out, rex.TaskCancelledError):
             self._finish(entry, cancelled=True, key=key)
-            return
-        except rex.RayTaskError as exc:
+        elif isinstance(out, rex.RayTaskError):
             self._learn_starts()  # the body claimed its start before it raised: count it
-            cause = getattr(exc, "cause", None)
+            cause = getattr(out, "cause", None)
             error: BaseException = (
-                cause if isinstance(cause, BaseException) else exc.as_instanceof_cause()  # type: ignore[no-untyped-call]
+                cause if isinstance(cause, BaseException) else out.as_instanceof_cause()  # type: ignore[no-untyped-call]
             )
             reason = f"attempt raised {type(error).__name__}"
             if not self.retry(entry, RetryCause.RAISED, reason, key=key):
                 self._finish(entry, error=error, key=key)
-            return
-        except rex.RayError as exc:  # any other Ray error: the attempt's worker or node failed
-            self._on_lost(entry, exc, key)
-            return
-        except Exception as exc:
-            error = self._wrapped(entry, "Ray failed it", exc, TaskFailedError)
+        elif isinstance(out, rex.RayError):  # the attempt's worker or node failed
+            self._on_lost(entry, out, key)
+        else:
+            error = self._wrapped(entry, "Ray failed it", out, TaskFailedError)
             self._finish(entry, error=error, key=key)
-            return
-        self._on_value(entry, out, key)
 
     def _on_value(self, entry: Entry, out: Any, key: str) -> None:
         if waits_for_shrink(out):
@@ -482,13 +479,13 @@ class TaskTable:
     def _settle_loop(self) -> None:
         while not self._closed and ray_up():
             try:
-                key, future = self._completions.get(timeout=0.5)
+                key, out = self._completions.get(timeout=0.5)
             except queue.Empty:
                 continue
-            if future is None:
+            if not key:
                 continue
             try:
-                self._on_done(key, future)
+                self._on_done(key, out)
             except Exception as exc:  # never lose a task to a bug in one settle
                 with self._lock:
                     entry = self._by_key.get(key)
