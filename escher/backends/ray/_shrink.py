@@ -41,7 +41,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from escher.backends.ray._state import ResizeCall
@@ -93,16 +93,21 @@ def held_labels(prefix: str) -> dict[str, float]:
 
 
 class MarkerCache:
-    """A worker process's recent reads of node markers (each reused for `MARKER_TTL` s)."""
+    """A worker process's recent reads of node markers (each reused for `MARKER_TTL` s).
 
-    def __init__(self) -> None:
+    Args:
+        clock: Seconds on a monotonic clock (the process's own by default).
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
         self._lock = threading.Lock()
         self._read: dict[bytes, tuple[float, frozenset[str]]] = {}  # key -> (sent at, names)
 
     def names(self, prefix: str, node: str, timeout: float) -> frozenset[str]:
         """The Ray names with a pending shrink on `node`, read at most `MARKER_TTL` ago."""
         key = _marker(prefix, node)
-        now = time.monotonic()
+        now = self._clock()
         with self._lock:
             known = self._read.get(key)
         if known is not None and now - known[0] < MARKER_TTL:
