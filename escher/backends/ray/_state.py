@@ -121,6 +121,8 @@ class DeadNodes:
 
     def snapshot(self, listed: set[str] | None = None) -> frozenset[str]:
         """The nodes known dead (forgetting those Ray no longer lists, if `listed` is given)."""
+        if not self._dead:  # the common case, on every submit: no lock needed
+            return frozenset()
         now = time.monotonic()
         with self._lock:
             for node in [
