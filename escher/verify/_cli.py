@@ -77,9 +77,9 @@ def _started() -> float:
 
 @contextlib.contextmanager
 def _frozen_heap() -> Iterator[None]:
-    """Keep what exists now (the plan, the cluster, the verdict: thousands of objects for a
-    plan written one entry per task, alive until the command ends) out of the cycle
-    collector's passes while the rest of the command runs."""
+    """Keep what exists now (the plan and the cluster: thousands of objects for a plan written
+    one entry per task, alive until the command ends) out of the cycle collector's passes
+    while the rest of the command runs."""
     gc.freeze()
     try:
         yield
@@ -244,9 +244,9 @@ def verify(
     with paused_gc():
         plan = Plan.load(plan_file)
         state, origin = _state(cluster, backend)
+    with _frozen_heap():  # the search below may make cycles: the collector runs, on new objects
         run = Verifier(plan, state, deadline=start + timeout - min(OUTPUT_SHARE * timeout, 1.0))
         verdict = run.verdict()
-    with _frozen_heap():
         printer = None if fmt == "json" else _Printer()
         where = _where(state, origin)
         if printer is not None:
