@@ -75,6 +75,12 @@ def probe_resize(prefix: str) -> str | None:
     return None
 
 
+def outlast_marker_reads() -> None:
+    """Wait until every worker's read of a node marker sent before this write published a
+    pending shrink has expired (`escher.backends.ray._shrink`): once per write call."""
+    time.sleep(SHRINK_LEASE)
+
+
 class ResizeStore(EphemeralStore):
     """Applies ephemeral capacities with the resize call; Ray's scheduler does the matching."""
 
@@ -114,25 +120,30 @@ class ResizeStore(EphemeralStore):
     def write(self, plan: WritePlan) -> None:
         items = [(node, caps) for node, caps in plan.items() if caps]
         if len(items) <= 1:
-            for node, caps in items:
-                self._write_node(node, caps)
-            return
-        with self._lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(WRITE_POOL, thread_name_prefix="escher-ray-write")
-            pool = self._pool
-        futures = [pool.submit(self._write_node, node, caps) for node, caps in items]
-        errors = [f.exception() for f in futures]
-        for error in errors:
-            if error is not None:
-                raise error
+            announced = [self._write_node(node, caps) for node, caps in items]
+        else:
+            with self._lock:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(
+                        WRITE_POOL, thread_name_prefix="escher-ray-write"
+                    )
+                pool = self._pool
+            futures = [pool.submit(self._write_node, node, caps) for node, caps in items]
+            errors = [f.exception() for f in futures]
+            for error in errors:
+                if error is not None:
+                    raise error
+            announced = [f.result() for f in futures]
+        if any(announced):
+            outlast_marker_reads()
 
     def _node_lock(self, node: str) -> threading.Lock:
         with self._lock:
             return self._node_locks.setdefault(node, threading.Lock())
 
-    def _write_node(self, node: str, capacities: Mapping[str, float]) -> None:
-        """One resize call for every label of `capacities` on `node`."""
+    def _write_node(self, node: str, capacities: Mapping[str, float]) -> bool:
+        """One resize call for every label of `capacities` on `node`; True if it announced a
+        new pending shrink (`_announce`)."""
         wanted = {self._prefix + k: min(float(v), RAY_MAX_CAPACITY) for k, v in capacities.items()}
         with self._node_lock(node):
             self._end_replaced(node, wanted)
@@ -160,7 +171,7 @@ class ResizeStore(EphemeralStore):
                         self._pending.pop((node, name), None)
                 if self._pending:
                     self._ensure_reconciler()
-            self._announce(node, wanted)
+            return self._announce(node, wanted)
 
     def _end_replaced(self, node: str, wanted: Mapping[str, float]) -> None:
         """Before a write that replaces a pending shrink's capacity: end that pending shrink at
@@ -182,9 +193,10 @@ class ResizeStore(EphemeralStore):
             for name in names:
                 self._announced.pop((node, name), None)
 
-    def _announce(self, node: str, names: Mapping[str, float]) -> None:
-        """Tell the control actor which shrinks of `names` on `node` are pending now (and wait:
-        a task launched after the write returned is held back) and which are over."""
+    def _announce(self, node: str, names: Mapping[str, float]) -> bool:
+        """Tell the control actor which shrinks of `names` on `node` are pending now and which
+        are over; True if it announced a new pending shrink (the write then waits
+        `SHRINK_LEASE` before it returns)."""
         with self._lock:
             start: dict[str, float] = {}
             over: list[str] = []
@@ -196,7 +208,7 @@ class ResizeStore(EphemeralStore):
                 elif capacity is None and known is not None:
                     over.append(name)
         if not start and not over:
-            return
+            return False
         stamp = time.time()
         try:
             control = self._control()
@@ -207,17 +219,15 @@ class ResizeStore(EphemeralStore):
                     control.shrink_pending.remote(self._prefix, node, start, stamp),
                     self._timeout,
                 )
-                # Workers reuse a marker read for a moment: outlast the reads sent before
-                # the marker was published (escher.backends.ray._shrink).
-                time.sleep(SHRINK_LEASE)
         except Exception:  # the reconciler announces it again on its next round
-            return
+            return False
         with self._lock:
             for name in over:
                 self._announced.pop((node, name), None)
             for name, capacity in start.items():
                 if self._pending.get((node, name)) == capacity:
                     self._announced[(node, name)] = (capacity, stamp)
+        return bool(start)
 
     def _hold_at_use(
         self, node: str, ignored: Mapping[str, float], totals: Mapping[str, float]

@@ -64,3 +64,33 @@ def test_a_task_of_the_holders_shape_does_not_take_the_freed_unit(
     assert wait_until(
         lambda: backend.get_cluster_state().node(node).available.get(label, 0.0) == 1, WAIT
     )
+
+
+def test_a_write_that_shrinks_several_nodes_below_use_waits_once(
+    backend: RayBackend, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wait that outlasts workers' marker reads is per call, not per node."""
+    from escher.backends.ray import _resize
+
+    waits: list[int] = []
+    monkeypatch.setattr(_resize, "outlast_marker_reads", lambda: waits.append(1))
+    state = backend.get_cluster_state()
+    nodes = [n for n, node in sorted(state.nodes.items()) if node.total.get("CPU", 0) > 0][:2]
+    label, gate = "shrink-many", str(tmp_path / "gate")
+    holders = []
+    try:
+        for node in nodes:
+            backend.set_resource(label, 1, node)
+            request = Resources({f"{label}-{node[:8]}": 1, label: 1, "CPU": 0.5})
+            backend.set_resource(f"{label}-{node[:8]}", 1, node)  # pins the holder to node
+            holders.append(backend.launch(TaskSpec(hold_until, (gate, True), resources=request)))
+        assert wait_until(lambda: all(h.started() for h in holders), WAIT)
+        assert waits == []
+        written = backend.set_resources({label: 0}, {"CPU": 0.5})  # both held below use
+        assert set(nodes) <= set(written)
+        assert waits == [1]
+    finally:
+        open(gate, "w").close()
+    assert sorted(h.result(WAIT) for h in holders) == sorted(nodes)
+    for node in nodes:
+        backend.set_resource(f"{label}-{node[:8]}", 0, node)
