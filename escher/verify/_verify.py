@@ -94,7 +94,6 @@ class Verifier:
         self._intents: list[IntentResult] = []
         self._explained = False
         self._times: dict[str, float] = {}
-        self._replicas = sum(t.count for t in plan.tasks)
 
     def verdict(self) -> VerificationResult:
         """Decide feasibility; an infeasible verdict comes with its cause, not yet minimised."""
@@ -262,7 +261,7 @@ class Verifier:
             "method": method,
             "nodes": len(p.node_ids),
             "node_types": len(p.types),
-            "replicas": self._replicas,
+            "replicas": sum(t.count for t in self.plan.tasks),
             "items": len(p.items),
             "seconds": {k: round(v, 4) for k, v in times.items()},
         }
