@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Hashable, Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -378,18 +379,21 @@ class Plan:
         """
         for i, r in enumerate(self.resources):
             _at(f"resources[{i}]", lambda r=r: _check_resource(r), ValidationError)
-        names: set[str] = set()
-        tasks = tuple(self.tasks)
+        tasks = self.tasks
+        names: AbstractSet[str]
         same = len(tasks) == len(self._checked)
         if tasks and same and all(map(operator.is_, tasks, self._checked)):
-            names = {t.name for t in tasks}
+            names = self._index.keys()  # the index of the tasks found valid
         else:
+            seen: set[str] = set()
             for i, t in enumerate(tasks):
                 try:
-                    _check_task(t, names)
+                    _check_task(t, seen)
                 except ValidationError as exc:
                     raise ValidationError(f"tasks[{i}]: {exc}") from None
-            self._checked = tasks
+            self._checked = tuple(tasks)
+            self._index = {t.name: t for t in self._checked}
+            names = seen
         for i, intent in enumerate(self.intents):
             _at(f"intents[{i}]", lambda x=intent: _check_intent_names(x, names), ValidationError)
         for key, domains in self.topologies.items():
@@ -478,7 +482,7 @@ def _check_task(t: object, names: set[str]) -> None:
         validate_quantity(c.capacity, what=f"capacity of {c.label!r}")
 
 
-def _check_intent_names(intent: object, names: set[str]) -> None:
+def _check_intent_names(intent: object, names: AbstractSet[str]) -> None:
     check_intent(intent)
     assert isinstance(intent, Intent)
     missing = [t for t in intent.tasks if t not in names]
@@ -539,66 +543,74 @@ def _task_to_dict(t: PlannedTask) -> dict[str, Any]:
     }
 
 
-# A task read from a file gets its (checked) fields at once, as `PlannedTask.__init__` would
-# set them one by one: a plan of thousands of entries makes thousands of tasks.
-# (name, request, count, creations, concurrency, source: the order of `_entry` + name, source).
-_TASK_FIELDS = tuple(f.name for f in fields(PlannedTask))
-
-
-def _new_task() -> PlannedTask:
-    task: PlannedTask = object.__new__(PlannedTask)
-    return task
-
-
-def _entry(raw: Mapping[str, Any]) -> tuple[Resources, int, tuple[ResourceCreation, ...], bool]:
-    """The request, count, creations and concurrency of a (schema-checked) task entry."""
+def _entry(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields a (schema-checked) task entry shares with every entry of its shape: its
+    request, count, creations and concurrency, by `PlannedTask` field name."""
     made = tuple(
         ResourceCreation(validate_label(k), validate_quantity(v, what=f"capacity of {k!r}"))
         for k, v in (raw.get("creates") or {}).items()
     )
-    return (
-        Resources.of(raw.get("resources") or {}),
-        raw.get("count", 1),
-        made,
-        raw.get("concurrent", True),
-    )
+    return {
+        "resources": Resources.of(raw.get("resources") or {}),
+        "count": raw.get("count", 1),
+        "creates": made,
+        "concurrent": raw.get("concurrent", True),
+    }
+
+
+def _first_problem(entries: list[Any], known: Mapping[str, Any], source: str) -> str:
+    """The first name taken before or more replicas than `MAX_REPLICAS` in all among
+    `entries`, in document order, as an error message ("" if none)."""
+    seen: set[str] = set()
+    total = 0
+    for i, raw in enumerate(entries):
+        name = raw["name"]
+        total += raw.get("count", 1)
+        if total > MAX_REPLICAS:
+            return f"{source}: tasks[{i}].count: more than {MAX_REPLICAS:,} replicas in all."
+        if name in seen or name in known:
+            return f"{source}: tasks[{i}]: the plan already has a task named {name!r}."
+        seen.add(name)
+    return ""
 
 
 def _add_tasks(plan: Plan, entries: list[Any], shapes: list[Hashable], source: str) -> None:
     """The task entries of a (schema-checked) plan document, in order. Entries of one shape
     (`validate_document`: they differ only in name and source) share one checked request,
-    so a plan written one entry per task costs its distinct shapes plus a name each.
+    so a plan written one entry per task costs its distinct shapes plus a name each: each
+    task gets its fields at once (as `PlannedTask.__init__` would set them one by one), the
+    shared ones from its shape. Names and the replicas in all are checked after the loop
+    (the first problem in document order is reported, as if checked entry by entry).
 
     Raises:
         PlanFormatError: a duplicate name, a bad request or too many replicas, naming the
             entry.
     """
-    built: dict[Hashable, tuple[Resources, int, tuple[ResourceCreation, ...], bool]] = {}
-    index = plan._by_name()
-    tasks = plan.tasks
+    built: dict[Hashable, dict[str, Any]] = {}
+    before = dict(plan._by_name())
+    new = object.__new__
+    made: dict[str, PlannedTask] = {}
     total = 0
     for i, (raw, shape) in enumerate(zip(entries, shapes, strict=True)):
-        name = raw["name"]
-        total += raw.get("count", 1)
-        if total > MAX_REPLICAS:
-            raise PlanFormatError(
-                f"{source}: tasks[{i}].count: more than {MAX_REPLICAS:,} replicas in all."
-            )
-        if name in index:
-            raise PlanFormatError(
-                f"{source}: tasks[{i}]: the plan already has a task named {name!r}."
-            )
-        spec = built.get(shape)
-        if spec is None:
+        shared = built.get(shape)
+        if shared is None:
             try:
-                spec = built[shape] = _entry(raw)
+                shared = built[shape] = _entry(raw)
             except ValidationError as exc:
-                raise PlanFormatError(f"{source}: tasks[{i}]: {exc}") from None
-        task = index[name] = _new_task()
-        task.__dict__.update(
-            zip(_TASK_FIELDS, (name, *spec, raw.get("source") or f"task {name!r}"), strict=True)
-        )
-        tasks.append(task)
+                earlier = _first_problem(entries[:i], before, source)
+                raise PlanFormatError(earlier or f"{source}: tasks[{i}]: {exc}") from None
+        total += shared["count"]
+        name = raw["name"]
+        task: PlannedTask = new(PlannedTask)
+        fields_ = task.__dict__
+        fields_["name"] = name
+        fields_.update(shared)
+        fields_["source"] = raw.get("source") or f"task {name!r}"
+        made[name] = task
+    if total > MAX_REPLICAS or len(made) != len(entries) or not before.keys().isdisjoint(made):
+        raise PlanFormatError(_first_problem(entries, before, source))
+    plan.tasks.extend(made.values())
+    plan._index.update(made)
 
 
 # Intent fields beyond kind/tasks/source/weight, per class, as (attribute, file field).

@@ -6,6 +6,7 @@ in the encoder or the search cannot vouch for itself.
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -211,20 +212,23 @@ def intent_violation(
 def _count_errors(
     plan: Plan, placement: Mapping[str, Sequence[str]], alive: Mapping[str, object]
 ) -> list[str]:
-    errors: list[str] = []
-    tasks = {t.name for t in plan.tasks}
-    if len(placement) != len(tasks) or not tasks.issuperset(placement):
-        errors.extend(f"placement names unknown task {n!r}" for n in placement if n not in tasks)
-    used: set[str] = set()
-    for t in plan.tasks:
-        nodes = placement.get(t.name, ())
-        if len(nodes) != t.count:
-            errors.append(f"task {t.name!r}: {len(nodes)} replicas placed, needs {t.count}")
+    counts = {t.name: t.count for t in plan.tasks}
+    if placement.keys() == counts.keys():  # the usual case, in whole-list passes
+        placed = list(map(placement.__getitem__, counts))
+        used = set(itertools.chain.from_iterable(placed))
+        if list(map(len, placed)) == list(counts.values()) and used.issubset(alive):
+            return []
+    errors = [f"placement names unknown task {n!r}" for n in placement if n not in counts]
+    used = set()
+    for name, count in counts.items():
+        nodes = placement.get(name, ())
+        if len(nodes) != count:
+            errors.append(f"task {name!r}: {len(nodes)} replicas placed, needs {count}")
         used.update(nodes)
     if not used.issubset(alive):
-        for t in plan.tasks:
-            nodes = placement.get(t.name, ())
-            errors.extend(f"task {t.name!r}: no alive node {n!r}" for n in nodes if n not in alive)
+        for name in counts:
+            nodes = placement.get(name, ())
+            errors.extend(f"task {name!r}: no alive node {n!r}" for n in nodes if n not in alive)
     return errors
 
 
@@ -237,9 +241,7 @@ def _with_creations(
     """Per node capacities once the tasks placed there created their labels."""
     cap: dict[str, dict[str, float]] = dict(avail)
     made: dict[str, dict[str, float]] = defaultdict(dict)
-    for t in plan.tasks:
-        if not t.creates:
-            continue
+    for t in [t for t in plan.tasks if t.creates]:
         for n in placement[t.name]:
             for c in t.creates:
                 made[n][c.label] = max(made[n].get(c.label, 0.0), c.capacity)
@@ -318,8 +320,8 @@ def check_placement(
         return errors
     cap = _with_creations(plan, placement, avail, held)
     errors, ganged = _group_errors(plan, placement, cap)
-    for t in plan.tasks:
-        if t.concurrent or t.name in ganged:
+    for t in [t for t in plan.tasks if not t.concurrent]:
+        if t.name in ganged:
             continue
         for i, n in enumerate(placement[t.name]):
             if not t.resources.fits_in(cap[n]):

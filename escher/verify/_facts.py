@@ -7,39 +7,102 @@ tasks (their distinct requests, statements, resource names, decimals) is worked 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import functools
+import itertools
+import operator
 from typing import Any
 
 from escher.core.plan import Plan, PlannedTask, ResourceCreation
 from escher.core.resources import Resources
 from escher.verify._statement import Statement, task_statement
 
+#: A unit of identical tasks: its first task, its replicas in all, its members and theirs.
+ClassUnit = tuple[PlannedTask, int, list[tuple[str, int]]]
 
-@dataclass
+
 class PlanFacts:
     """What the problem builder needs of a plan's tasks.
+
+    A plan written one entry per task has thousands of tasks: what maps every task (`sid`,
+    `tasks`, `pos`) is made on first use; `cls` and the class units in one pass.
 
     Attributes:
         requests: The distinct requests, in plan order.
         creations: The distinct creations, in plan order.
         rnames: Every resource some task requests, sorted.
-        tasks: Statement id (``task:<name>``) -> the task.
-        sid: Task name -> its statement id (``task:<name>``).
         cls: Task name -> its class: tasks of one class have the same request, creations
             and concurrency.
-        pos: Task name -> its position in the plan.
         makers: Label -> the tasks that create it, in plan order.
     """
 
-    requests: list[Resources]
-    creations: list[ResourceCreation]
-    rnames: list[str]
-    tasks: dict[str, PlannedTask]
-    sid: dict[str, str]
-    cls: dict[str, int]
-    pos: dict[str, int]
-    makers: dict[str, list[str]]
-    written: dict[str, Statement] = field(default_factory=dict)
+    def __init__(self, tasks: tuple[PlannedTask, ...]) -> None:
+        self._all = tasks
+        names = list(map(_name, tasks))
+        # Tasks read from one file share their request and creation objects: classes are
+        # told apart by identity first (cheap), by value once per distinct identity.
+        by_id: dict[tuple[int, int, bool], int] = {}
+        classes: dict[tuple[Any, ...], int] = {}
+        members: list[list[tuple[str, int]]] = []
+        firsts: list[PlannedTask] = []
+        of_task = []
+        for t in tasks:
+            ident = (id(t.resources), id(t.creates), t.concurrent)
+            c = by_id.get(ident)
+            if c is None:
+                key = (t.resources, t.creates, t.concurrent)
+                c = by_id[ident] = classes.setdefault(key, len(classes))
+                if c == len(members):
+                    members.append([])
+                    firsts.append(t)
+            of_task.append(c)
+            members[c].append((t.name, t.count))
+        self.requests: list[Resources] = list(dict.fromkeys(t.resources for t in firsts))
+        made = dict.fromkeys(m for t in firsts for m in t.creates)
+        self.creations: list[ResourceCreation] = list(made)
+        self.rnames: list[str] = sorted({r for req in self.requests for r in req})
+        self.cls: dict[str, int] = dict(zip(names, of_task, strict=True))
+        self.makers: dict[str, list[str]] = {}
+        for t in itertools.compress(tasks, map(_made, tasks)):
+            for m in t.creates:
+                self.makers.setdefault(m.label, []).append(t.name)
+        self._units: list[ClassUnit] = [
+            (t, sum(n for _, n in ms), ms) for t, ms in zip(firsts, members, strict=True)
+        ]
+        self._unit_lists = {id(ms) for _, _, ms in self._units}
+        self._unit_sids: dict[int, frozenset[str]] = {}
+        self.written: dict[str, Statement] = {}
+
+    @functools.cached_property
+    def sid(self) -> dict[str, str]:
+        """Task name -> its statement id (``task:<name>``)."""
+        names = self.cls.keys()
+        return dict(zip(names, map("task:".__add__, names), strict=True))
+
+    @functools.cached_property
+    def tasks(self) -> dict[str, PlannedTask]:
+        """Statement id (``task:<name>``) -> the task."""
+        return dict(zip(self.sid.values(), self._all, strict=True))
+
+    @functools.cached_property
+    def pos(self) -> dict[str, int]:
+        """Task name -> its position in the plan."""
+        return dict(zip(self.cls, range(len(self.cls)), strict=True))
+
+    def class_units(self) -> list[ClassUnit]:
+        """Per class, in order of first appearance: its first task, its replicas in all and
+        its member tasks with their replicas (the units of a plan when no intent or scenario
+        names a task)."""
+        return self._units
+
+    def member_sids(self, members: list[tuple[str, int]]) -> frozenset[str]:
+        """The statement ids of `members` (remembered for the member lists of
+        `class_units`)."""
+        got = self._unit_sids.get(id(members))
+        if got is None:
+            got = frozenset("task:" + name for name, _ in members)
+            if id(members) in self._unit_lists:
+                self._unit_sids[id(members)] = got
+        return got
 
     def statement(self, sid: str) -> Statement | None:
         """The statement of the task with statement id `sid` (None if there is none)."""
@@ -53,44 +116,23 @@ class PlanFacts:
 
 _memo: list[tuple[Plan, tuple[PlannedTask, ...], PlanFacts]] = []
 
+_name = operator.attrgetter("name")
+_made = operator.attrgetter("creates")
+
 
 def plan_facts(plan: Plan) -> PlanFacts:
     """The facts of `plan`'s tasks (remembered for the last few plans, while their task
     lists stay the same)."""
-    tasks = tuple(plan.tasks)
+    tasks = plan.tasks
     for j, (known, known_tasks, facts) in enumerate(_memo):
-        if known is plan and known_tasks == tasks:
+        if (
+            known is plan
+            and len(known_tasks) == len(tasks)
+            and all(map(operator.is_, known_tasks, tasks))
+        ):
             _memo.insert(0, _memo.pop(j))
             return facts
-    # Tasks read from one file share their request objects: tell classes apart by identity
-    # first (cheap), by value once per distinct object.
-    distinct = {id(t.resources): t.resources for t in tasks}
-    requests = list(dict.fromkeys(distinct.values()))
-    names = [t.name for t in tasks]
-    sid = {name: "task:" + name for name in names}
-    classes: dict[tuple[Any, ...], int] = {}
-    by_id: dict[tuple[int, int, bool], int] = {}
-    of_task = []
-    for t in tasks:
-        ident = (id(t.resources), id(t.creates), t.concurrent)
-        got = by_id.get(ident)
-        if got is None:
-            key = (t.resources, t.creates, t.concurrent)
-            got = by_id[ident] = classes.setdefault(key, len(classes))
-        of_task.append(got)
-    facts = PlanFacts(
-        requests,
-        list(dict.fromkeys(c for t in tasks for c in t.creates)),
-        sorted({r for req in requests for r in req}),
-        dict(zip(sid.values(), tasks, strict=True)),
-        sid,
-        dict(zip(names, of_task, strict=True)),
-        dict(zip(names, range(len(names)), strict=True)),
-        {},
-    )
-    for t in tasks:
-        for c in t.creates:
-            facts.makers.setdefault(c.label, []).append(t.name)
-    _memo.insert(0, (plan, tasks, facts))
+    facts = PlanFacts(tuple(tasks))
+    _memo.insert(0, (plan, facts._all, facts))
     del _memo[8:]
     return facts

@@ -122,7 +122,7 @@ def items(
     nres = len(ctx.rnames)
     ridx = {r: i for i, r in enumerate(ctx.rnames)}
     out: list[Item] = []
-    sid = plan_facts(ctx.plan).sid
+    facts = plan_facts(ctx.plan)
     for root in sorted(comps):
         us = comps[root]
         is_merged = any(u in merged for u in us)
@@ -132,7 +132,7 @@ def items(
             per = reps if is_merged else 1
             b.members.append((u, per))
             b.stmts.update(merge_stmts[u])
-            b.stmts.update([sid[name] for name, _ in ctx.members[u]])
+            b.stmts.update(facts.member_sids(ctx.members[u]))
             v = _vec(task, ridx, ctx.scale, nres)
             b.add_load(list(g.gang_of.get(task.name, [])) + [CONC] * task.concurrent, v, per)
             for c in task.creates:

@@ -69,6 +69,9 @@ def units(
     by_key: dict[Any, str] = {}
     split, active, sid, cls = ctx.mods.split, ctx.active, facts.sid, facts.cls
     special = named.keys() | keep | split.keys()
+    if not special and active is None:  # one unit per class: worked out once per plan
+        layout = facts.class_units()
+        return {t.name: (t, n) for t, n, _ in layout}, {}, {t.name: ms for t, _, ms in layout}
     for task in ctx.plan.tasks:
         name = task.name
         if active is not None and sid[name] not in active:

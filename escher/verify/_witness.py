@@ -13,25 +13,51 @@ from escher.verify._problem import Problem
 Placement = list[list[int]]
 
 
-def to_witness(p: Problem, placement: Placement) -> dict[str, list[str]]:
-    """Task name -> the node id of each replica (units dealt back to their tasks)."""
+def _per_unit(p: Problem, placement: Placement) -> dict[str, list[str]]:
+    """Unit -> the node id of each of its replicas (item copy by copy)."""
     per_unit: dict[str, list[str]] = {}
+    node_of = p.node_ids.__getitem__
     for it, spots in zip(p.items, placement, strict=True):
-        for n in spots:
-            node = p.node_ids[n]
-            for unit, reps in it.members:
-                per_unit.setdefault(unit, []).extend([node] * reps)
-    out: dict[str, list[str]] = {}
-    for unit, nodes in per_unit.items():
-        pos = 0
-        for task, count in p.units.get(unit, [(unit, len(nodes))]):
-            got = nodes[pos : pos + count]
-            if task in out:  # split into several units
-                out[task].extend(got)
+        nodes = list(map(node_of, spots))
+        for unit, reps in it.members:
+            got = per_unit.setdefault(unit, [])
+            if reps == 1:
+                got += nodes
             else:
-                out[task] = got
+                for node in nodes:
+                    got += [node] * reps
+    return per_unit
+
+
+def to_witness(p: Problem, placement: Placement) -> dict[str, list[str]]:
+    """Task name -> the node id of each replica (units dealt back to their tasks), sorted
+    by task name, each task's nodes sorted."""
+    out: dict[str, list[str]] = {}
+    several: set[str] = set()  # tasks with more than one replica
+    for unit, nodes in _per_unit(p, placement).items():
+        members = p.units.get(unit, [(unit, len(nodes))])
+        if len(members) == len(nodes):  # one replica each (a plan of single entries)
+            for (task, _), node in zip(members, nodes, strict=True):
+                got = out.get(task)
+                if got is None:
+                    out[task] = [node]
+                else:
+                    got.append(node)
+                    several.add(task)
+            continue
+        pos = 0
+        for task, count in members:
+            got = out.get(task)
+            if got is None:
+                out[task] = nodes[pos : pos + count]
+            else:  # split into several units
+                got += nodes[pos : pos + count]
+            if count > 1 or got is not None:
+                several.add(task)
             pos += count
-    return {k: sorted(v) if len(v) > 1 else v for k, v in sorted(out.items())}
+    for task in several:
+        out[task].sort()
+    return dict(sorted(out.items()))
 
 
 def witness_problems(

@@ -112,3 +112,87 @@ def test_ungrouped_plan_names_the_users_entries(tmp_path: Path) -> None:
     witness = json.loads(out.stdout)["witness"]
     assert sorted(witness) == ["svc-0", "svc-1", "svc-2"]
     assert all(len(v) == 1 and v[0] in {"n0", "n1", "n2"} for v in witness.values())
+
+
+def test_the_first_problem_in_document_order_is_reported() -> None:
+    """A name used twice before a bad entry is reported first, and the other way round."""
+    entries = _entries(5)
+    entries[1] = {**entries[1], "name": "t0"}
+    entries[3] = {**entries[3], "creates": {"-bad-": 1}}
+    with pytest.raises(PlanFormatError) as info:
+        Plan.from_dict({"tasks": entries}, source="p.json")
+    assert "tasks[1]: the plan already has a task named 't0'" in str(info.value)
+    entries = _entries(5)
+    entries[1] = {**entries[1], "creates": {"-bad-": 1}}
+    entries[3] = {**entries[3], "name": "t0"}
+    with pytest.raises(PlanFormatError) as info:
+        Plan.from_dict({"tasks": entries}, source="p.json")
+    assert "tasks[1]" in str(info.value)
+    entries = [{**e, "count": 1_000_000} for e in _entries(12)]
+    entries[11] = {**entries[11], "name": "t0"}
+    with pytest.raises(PlanFormatError) as info:
+        Plan.from_dict({"tasks": entries}, source="p.json")
+    assert "tasks[10].count: more than 10,000,000 replicas in all" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"tasks": [{"name": "t1234567890123456789012", "resources": {"CPU": 1}}]}',
+        '{"tasks": [{"name": "t", "resources": {"CPU": 1.5, "memory": 2}, "count": 3}]}',
+        '{"tasks": [{"name": "t\\u00e9\\ud83d\\ude00", "source": "x"}]}',
+        '{"tasks": [{"name": "t"}],\r\n "intents": [{"kind": "gang", "tasks": ["t"]}]}',
+    ],
+)
+def test_files_read_alike_with_and_without_the_fast_parser(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str
+) -> None:
+    from escher.core import formats
+
+    path = tmp_path / "p.json"
+    path.write_bytes(text.encode())
+    fast = formats.load_json(path, "plan")
+    monkeypatch.setattr(formats, "_orjson", None)
+    plain = formats.load_json(path, "plan")
+    assert fast == plain
+    assert json.dumps(fast) == json.dumps(plain)  # also the types: 1 stays 1, 1.5 stays 1.5
+    assert Plan.load(path).to_dict() == Plan.from_dict(json.loads(text)).to_dict()
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ('{"tasks": [\r\n{"name": "t",\r\n "count": }]}', "line 3 column 11"),
+        (
+            '{"tasks": [{"name": "t", "resources": {"CPU": 12345678901234567890123}}]}',
+            "got 12345678901234567890123",  # read as an int, as written
+        ),
+        ('{"tasks": [\r{"name": "t", "count": 1e400}]}', "too large"),
+        ('{"tasks": [{"name": "\\ud800"}], "x": NaN}', "NaN"),
+        ("[" * 5000 + "]" * 5000, "nested too deeply"),
+    ],
+)
+def test_bad_files_get_the_same_message_with_and_without_the_fast_parser(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, fragment: str
+) -> None:
+    from escher.core import formats
+
+    path = tmp_path / "p.json"
+    path.write_bytes(text.encode())
+    with pytest.raises(PlanFormatError) as fast:
+        Plan.load(path)
+    monkeypatch.setattr(formats, "_orjson", None)
+    with pytest.raises(PlanFormatError) as plain:
+        Plan.load(path)
+    assert str(fast.value) == str(plain.value)
+    assert fragment in str(fast.value)
+
+
+def test_json_output_of_awkward_task_names_is_the_same_document() -> None:
+    names = ['a], "b', "nul\x00", "]\x00[", 'q"', "\u2603", "", "x]"]
+    witness = {name: ['n], "0', "n\x001"][: 1 + i % 2] for i, name in enumerate(names)}
+    data = {"status": "feasible", "witness": witness, "stats": {}}
+    text = json_text(data)
+    assert json.loads(text) == data
+    lines = text.splitlines()
+    assert len(lines) == len(names) + 6  # {, stats, status, "witness": {, tasks..., }, }
