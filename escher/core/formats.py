@@ -180,15 +180,18 @@ _ENTRIES = {"plan": ("tasks", ("name", "source")), "cluster": ("nodes", ("id",))
 
 
 # Version 2 of the marshal format writes no back-references (nor the table that finds them):
-# the fastest for thousands of small entries, and as exact about types (1, 1.0, true).
+# the fastest of marshal's formats for thousands of small entries.
 _MARSHAL_VERSION = 2
 
 
 def _entry_shape(entry: Any, free: tuple[str, ...]) -> Hashable | None:
     """What decides whether an entry is valid: its fields with their values, a non-empty
-    string in a free-text field counting as any other (as one `marshal` string, or `repr`
-    for values marshal cannot write: both tell ``1``, ``1.0`` and ``true`` apart). None for
-    an entry that is not an object (it is validated on its own)."""
+    string in a free-text field counting as any other. As JSON text written by orjson (where
+    installed: twice as fast as marshal), which tells ``1``, ``1.0`` and ``true`` apart;
+    where that text has a ``null`` (orjson writes NaN and infinities so) or orjson cannot
+    write a value, as one `marshal` string, or `repr` for values marshal cannot write
+    either (e.g. a NumPy number). None for an entry that is not an object (it is validated
+    on its own)."""
     if type(entry) is not dict:
         return None
     rest = entry.copy()
@@ -196,8 +199,16 @@ def _entry_shape(entry: Any, free: tuple[str, ...]) -> Hashable | None:
         value = rest.get(name)
         if type(value) is str and value:
             rest[name] = "-"
+    if _orjson is not None:
+        try:
+            text: bytes = _orjson.dumps(rest)
+        except TypeError:  # orjson's JSONEncodeError: a value JSON cannot hold
+            pass
+        else:
+            if b"null" not in text:
+                return text
     try:
-        return marshal.dumps(rest, _MARSHAL_VERSION)
+        return b"m" + marshal.dumps(rest, _MARSHAL_VERSION)
     except ValueError:  # not a value of a JSON document (e.g. a NumPy number)
         return repr(rest)
 

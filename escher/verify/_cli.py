@@ -79,7 +79,8 @@ def _started() -> float:
 def _frozen_heap() -> Iterator[None]:
     """Keep what exists now (the plan and the cluster: thousands of objects for a plan written
     one entry per task, alive until the command ends) out of the cycle collector's passes
-    while the rest of the command runs."""
+    while the block runs. Enter it while the collector is paused (as the files are read):
+    its first pass after resuming would otherwise walk every one of them."""
     gc.freeze()
     try:
         yield
@@ -241,10 +242,12 @@ def verify(
         fail("give --cluster or --backend, not both.", EXIT_BAD_INPUT)
     if not 0 < timeout < float("inf"):
         fail(f"--timeout must be a positive number of seconds, got {timeout}.", EXIT_BAD_INPUT)
-    with paused_gc():
-        plan = Plan.load(plan_file)
-        state, origin = _state(cluster, backend)
-    with _frozen_heap():  # the search below may make cycles: the collector runs, on new objects
+    with contextlib.ExitStack() as frozen:
+        with paused_gc():
+            plan = Plan.load(plan_file)
+            state, origin = _state(cluster, backend)
+            frozen.enter_context(_frozen_heap())
+        # The search below may make cycles: the collector runs, on new objects.
         run = Verifier(plan, state, deadline=start + timeout - min(OUTPUT_SHARE * timeout, 1.0))
         verdict = run.verdict()
         printer = None if fmt == "json" else _Printer()

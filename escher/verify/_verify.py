@@ -16,6 +16,7 @@ from escher.core.cluster import ClusterState
 from escher.core.errors import ValidationError, VerificationError
 from escher.core.plan import Plan
 from escher.verify._engine import Decision, decide
+from escher.verify._facts import plan_facts
 from escher.verify._intents import IntentProver, preference_met
 from escher.verify._minimise import minimise
 from escher.verify._problem import Mods, Problem
@@ -261,7 +262,7 @@ class Verifier:
             "method": method,
             "nodes": len(p.node_ids),
             "node_types": len(p.types),
-            "replicas": sum(t.count for t in self.plan.tasks),
+            "replicas": sum(n for _, n, _ in plan_facts(self.plan).class_units()),
             "items": len(p.items),
             "seconds": {k: round(v, 4) for k, v in times.items()},
         }
