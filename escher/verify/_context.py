@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from escher.core.cluster import ClusterState
 from escher.core.plan import Intent, Plan
-from escher.verify._facts import plan_facts
+from escher.verify._facts import PlanFacts
 from escher.verify._planned import NodePart
 from escher.verify._problem import Mods
 from escher.verify._statement import Statement, Statements
@@ -24,6 +24,7 @@ class Ctx:
     rnames: list[str]
     part: NodePart
     scale: list[int]
+    facts: PlanFacts
     intents: list[tuple[int, Intent]] = field(default_factory=list)
     statements: dict[str, Statement] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
@@ -39,7 +40,7 @@ class Ctx:
             for i, x in enumerate(self.plan.intents)
             if not mods.drop_intents and (not x.preferred or i in mods.require)
         ]
-        self.statements = Statements(plan_facts(self.plan).statement)
+        self.statements = Statements(self.facts.statement)
         self.statements.update(self.part.statements)
         self.warnings = list(self.part.warnings)
 

@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 
 from escher.core.plan import Colocated, PlannedTask
 from escher.verify._context import Ctx
-from escher.verify._facts import plan_facts
 from escher.verify._groups import Groups
 from escher.verify._problem import CONC, Item
 from escher.verify._scales import cap_units, to_units
@@ -122,7 +121,7 @@ def items(
     nres = len(ctx.rnames)
     ridx = {r: i for i, r in enumerate(ctx.rnames)}
     out: list[Item] = []
-    facts = plan_facts(ctx.plan)
+    facts = ctx.facts
     for root in sorted(comps):
         us = comps[root]
         is_merged = any(u in merged for u in us)

@@ -55,7 +55,7 @@ def _problem(
 ) -> Problem:
     """The problem from what the stages built."""
     ridx = {r: i for i, r in enumerate(ctx.rnames)}
-    creates = (c.label for c in plan_facts(ctx.plan).creations)
+    creates = (c.label for c in ctx.facts.creations)
     created = frozenset(ridx[label] for label in creates if label in ridx)
     caps = [types[t].cap for t in node_type]
     held = [types[t].held for t in node_type]
@@ -86,11 +86,12 @@ def build(
             raise Timeout
 
     mods = mods or Mods()
-    rnames = list(plan_facts(plan).rnames)
+    facts = plan_facts(plan)  # once per build: the stages share it through the context
+    rnames = list(facts.rnames)
     on_time()
-    part, scale = node_part(plan, state, tuple(rnames))
+    part, scale = node_part(plan, state, tuple(rnames), facts)
     on_time()
-    ctx = Ctx(plan, state, active, mods, rnames, part, scale)
+    ctx = Ctx(plan, state, active, mods, rnames, part, scale, facts)
     scenario_keys = [k for k, *_ in mods.domain_apart] + [k for k, _ in mods.domain_merge]
     scenario_keys += [k for k, *_ in mods.excess]
     ctx.domains = domains_of(plan, part.nodes, ctx.intents, ctx.on, scenario_keys)

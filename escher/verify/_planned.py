@@ -12,6 +12,7 @@ from escher.core.cluster import ClusterState, Node
 from escher.core.errors import ValidationError
 from escher.core.nodespec import NodeSpec
 from escher.core.plan import Plan, PlannedResource
+from escher.verify._facts import PlanFacts
 from escher.verify._scales import cap_units, scales, to_units
 from escher.verify._statement import Statement
 
@@ -196,12 +197,12 @@ _cache: list[tuple[ClusterState, tuple[Any, ...], tuple[str, ...], NodePart, lis
 
 
 def node_part(
-    plan: Plan, state: ClusterState, rnames: tuple[str, ...]
+    plan: Plan, state: ClusterState, rnames: tuple[str, ...], facts: PlanFacts
 ) -> tuple[NodePart, list[int]]:
     """`apply_planned`, cached for the last few (state, planned resources, resource names,
     scales): minimisation and intent proofs rebuild sub-problems of one plan many times."""
     resources = tuple(plan.resources)
-    scale = scales(plan, state, list(rnames))
+    scale = scales(plan, state, list(rnames), facts)
     for c_state, c_res, c_rn, c_part, c_scale in _cache:
         if c_state is state and c_rn == rnames and c_res == resources and c_scale == scale:
             return c_part, c_scale

@@ -7,7 +7,7 @@ import math
 from escher.core.cluster import ClusterState
 from escher.core.plan import Plan
 from escher.core.resources import EPSILON
-from escher.verify._facts import plan_facts
+from escher.verify._facts import PlanFacts
 
 
 def _decimals(x: float) -> int:
@@ -41,7 +41,7 @@ def _state_digits(state: ClusterState) -> dict[str, int]:
 _state_memo: list[tuple[ClusterState, dict[str, int]]] = []
 
 
-def scales(plan: Plan, state: ClusterState, rnames: list[str]) -> list[int]:
+def scales(plan: Plan, state: ClusterState, rnames: list[str], facts: PlanFacts) -> list[int]:
     """Per resource, the power of ten (at most 1e9) that makes its quantities integers."""
     wanted = set(rnames)
     nodes = _state_digits(state)
@@ -51,7 +51,6 @@ def scales(plan: Plan, state: ClusterState, rnames: list[str]) -> list[int]:
         if name in wanted and digits[name] < 9:
             digits[name] = max(digits[name], _decimals(q))
 
-    facts = plan_facts(plan)
     for req in facts.requests:
         for name, q in req.items():
             see(name, q)

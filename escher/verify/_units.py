@@ -6,7 +6,6 @@ from typing import Any
 
 from escher.core.plan import Gang, PlannedTask
 from escher.verify._context import Ctx
-from escher.verify._facts import plan_facts
 
 #: Unit -> its member tasks with their replicas.
 Members = dict[str, list[tuple[str, int]]]
@@ -61,7 +60,7 @@ def units(
         member tasks with their replicas (in plan order).
     """
     named, keep = _identity(ctx)
-    facts = plan_facts(ctx.plan)
+    facts = ctx.facts
     reps: dict[str, int] = {}
     first: dict[str, PlannedTask] = {}
     task_units: dict[str, list[str]] = {}
