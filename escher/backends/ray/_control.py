@@ -13,7 +13,7 @@ is not one of them: it lives in Ray's control store, see `escher.backends.ray._g
 
 It lives on the head node (a worker's death cannot take it) and restarts if it dies
 anyway; what it lost then is rebuilt by the processes that use it (their next writes and
-lease renewals).
+lease renewals), and its pending shrinks from their markers in Ray's control store.
 """
 
 from __future__ import annotations
@@ -109,8 +109,7 @@ class ControlActor:
             if old is None or stamp >= old[2]:
                 self._writes[(node, name)] = (now, total, stamp)
                 self._own(node, name, total, session)
-            if self._shrinks is not None:
-                self._shrinks.replaced(node, name, total, stamp)
+            self._gate().replaced(node, name, total, stamp)
 
     def _own(self, node: str, name: str, total: float, session: str) -> None:
         if not session:

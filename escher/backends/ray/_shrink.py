@@ -10,9 +10,10 @@ escher enforces it just before a task's body runs:
 
 * A writer whose shrink Ray clamped records a *pending shrink* (node, label, asked
   capacity) at the control actor before its write returns; the actor keeps a marker per
-  node in Ray's control store (namespace `NAMESPACE`). The writer ends it once Ray's total
-  reached the asked capacity (its reconciler keeps trying) and before any later write of
-  that label on that node.
+  node in Ray's control store (namespace `NAMESPACE`), with each label's asked capacity, so
+  that the actor starts from the markers again if Ray restarts it. The writer ends it once
+  Ray's total reached the asked capacity (its reconciler keeps trying) and before any later
+  write of that label on that node.
 * A task that holds labels reads its node's marker (one read of the control store; a
   worker process reuses a read for `MARKER_TTL` seconds, see below). If one
   of its labels has a pending shrink there, it asks the control actor, which tries the
@@ -60,6 +61,8 @@ SHRINK_LEASE = 0.25
 
 #: Ray's names of a placement group's bundle resources: "<name>_group_[<index>_]<pg id>".
 _BUNDLE_NAME = re.compile(r"_group_(\d+_)?[0-9a-f]{36}$")
+#: Ray's node ids: 28 bytes in hex.
+_NODE_ID = re.compile(r"[0-9a-f]{56}")
 
 
 def _kv() -> Any:
@@ -156,22 +159,51 @@ class ShrinkGate:
         # node -> Ray name -> (asked capacity, stamp)
         self._pending: dict[str, dict[str, tuple[float, float]]] = {}
         self._prefix = ""  # of the markers: the backend's (one control actor per prefix)
+        self._loaded = False
+        # writes seen before the markers were loaded: (node, Ray name) -> (total, stamp)
+        self._early: dict[tuple[str, str], tuple[float, float]] = {}
+
+    def _use(self, prefix: str) -> None:
+        """Start from the markers in the control store, once: a restarted control actor
+        knows every shrink its predecessor published (each marker keeps its asked
+        capacities), so the tasks it holds back stay held back."""
+        self._prefix = prefix
+        if self._loaded:
+            return
+        client = _kv()
+        keys = [
+            k for k in client.internal_kv_keys(prefix.encode(), NAMESPACE) if _is_marker(prefix, k)
+        ]
+        values = client.internal_kv_multi_get(keys, NAMESPACE) if keys else {}
+        stale: set[str] = set()
+        for key, raw in values.items():
+            node = key.decode()[len(prefix) :]
+            for name, (capacity, stamp) in _parse(raw).items():
+                if self._overtaken(node, name, capacity, stamp):
+                    stale.add(node)
+                    continue
+                old = self._pending.get(node, {}).get(name)
+                if old is None or stamp > old[1]:
+                    self._pending.setdefault(node, {})[name] = (capacity, stamp)
+        self._loaded, self._early = True, {}
+        for node in stale:
+            self._publish(node)
 
     def set_pending(
         self, prefix: str, node: str, capacities: Mapping[str, float], stamp: float
     ) -> None:
         """Shrinks of these Ray names on `node` are pending (newer stamps win)."""
+        self._use(prefix)
         here = self._pending.setdefault(node, {})
         for name, capacity in capacities.items():
             old = here.get(name)
             if old is None or stamp >= old[1]:
                 here[name] = (capacity, stamp)
-        self._prefix = prefix
         self._publish(node)
 
     def clear(self, prefix: str, node: str, names: Iterable[str], stamp: float) -> None:
         """The pending shrinks of `names` on `node` recorded at `stamp` or before are over."""
-        self._prefix = prefix
+        self._use(prefix)
         here = self._pending.get(node, {})
         for name in names:
             old = here.get(name)
@@ -182,15 +214,24 @@ class ShrinkGate:
     def replaced(self, node: str, name: str, total: float, stamp: float) -> None:
         """A write of `name` on `node` (from any process) to `total` at `stamp`: a pending
         shrink to another capacity recorded before it is over."""
+        if not self._loaded:  # a marker loaded later may hold a shrink this write ended
+            early = self._early.get((node, name))
+            if early is None or stamp >= early[1]:
+                self._early[(node, name)] = (total, stamp)
         old = self._pending.get(node, {}).get(name)
         if old is not None and stamp > old[1] and abs(total - old[0]) > EPSILON:
             del self._pending[node][name]
             self._publish(node)
 
+    def _overtaken(self, node: str, name: str, capacity: float, stamp: float) -> bool:
+        """Whether a write seen before loading ended this published pending shrink."""
+        early = self._early.get((node, name))
+        return early is not None and early[1] > stamp and abs(early[0] - capacity) > EPSILON
+
     def admit(self, prefix: str, node: str, labels: Mapping[str, float]) -> bool:
         """Whether a task that holds `labels` on `node` may run: every pending shrink of its
         labels there is applied now (Ray's total reached the asked capacity)."""
-        self._prefix = prefix
+        self._use(prefix)
         here = self._pending.get(node, {})
         wanted = {name: here[name][0] for name in labels if name in here}
         if not wanted:
@@ -211,7 +252,21 @@ class ShrinkGate:
         here = self._pending.get(node, {})
         key = _marker(self._prefix, node)
         if here:
-            _kv().internal_kv_put(key, json.dumps(sorted(here)).encode(), True, NAMESPACE)
+            kept = {name: list(here[name]) for name in sorted(here)}
+            _kv().internal_kv_put(key, json.dumps(kept).encode(), True, NAMESPACE)
         else:
             self._pending.pop(node, None)
             _kv().internal_kv_del(key, False, NAMESPACE)
+
+
+def _is_marker(prefix: str, key: bytes) -> bool:
+    """Whether control-store key `key` is a marker of `prefix` (the rest is a node id)."""
+    return _NODE_ID.fullmatch(key.decode()[len(prefix) :]) is not None
+
+
+def _parse(raw: bytes) -> dict[str, tuple[float, float]]:
+    """A marker's pending shrinks: Ray name -> (asked capacity, stamp)."""
+    kept = json.loads(raw)
+    if not isinstance(kept, dict):  # names only: nothing to enforce from it
+        return {}
+    return {str(name): (float(cap), float(stamp)) for name, (cap, stamp) in kept.items()}

@@ -94,3 +94,34 @@ def test_a_write_that_shrinks_several_nodes_below_use_waits_once(
     assert sorted(h.result(WAIT) for h in holders) == sorted(nodes)
     for node in nodes:
         backend.set_resource(f"{label}-{node[:8]}", 0, node)
+
+
+def test_a_pending_shrink_outlives_a_restart_of_the_control_actor(
+    backend: RayBackend, tmp_path: Any
+) -> None:
+    """The control actor dies (Ray restarts it) while a shrink below use is pending: the
+    late task still does not take the unit its holder frees."""
+    import ray
+
+    node, label = _worker(backend), "shrink-restart"
+    for _ in range(2):  # from its second launch on a function has its own remote function
+        assert backend.launch(TaskSpec(hold_until, ("", False))).result(WAIT)
+    backend.set_resource(label, 1, node)
+    request = Resources({label: 1, "CPU": 0.5})
+    gates = [str(tmp_path / "a"), str(tmp_path / "b")]
+    first = backend.launch(TaskSpec(hold_until, (gates[0], True), resources=request))
+    late = backend.launch(TaskSpec(hold_until, (gates[1], True), resources=request))
+    try:
+        assert wait_until(first.started, WAIT)
+        assert backend.set_resource(label, 0, node) == (node,)
+        ray.kill(backend.control(), no_restart=False)
+        assert ray.get(backend.control().ownership.remote(), timeout=WAIT)  # restarted
+        open(gates[0], "w").close()
+        assert first.result(WAIT) == node
+        assert not wait_until(late.started, 1.5)
+        backend.set_resource(label, 1, node)  # room again: it runs
+        open(gates[1], "w").close()
+        assert late.result(WAIT) == node
+    finally:
+        for gate in gates:
+            open(gate, "w").close()

@@ -92,3 +92,43 @@ def test_a_writer_outlasts_every_read_sent_before_its_marker() -> None:
     """A writer waits `SHRINK_LEASE` after publishing a pending shrink: longer than twice a
     read's reuse, so a read sent before the marker expired before the write returned."""
     assert _shrink.SHRINK_LEASE > 2 * _shrink.MARKER_TTL
+
+
+def _node_id() -> str:
+    return uuid.uuid4().hex + uuid.uuid4().hex[:24]  # 56 hex digits, as Ray's
+
+
+def test_a_restarted_control_actor_still_holds_back_for_a_published_shrink(
+    ray_cluster: Any,
+) -> None:
+    """The marker keeps the asked capacities: a fresh gate (the control actor after a
+    restart) starts from it, so a task that holds the label is still held back."""
+    prefix, node = f"escher-rs-{uuid.uuid4().hex[:6]}_", _node_id()
+    name, key = f"{prefix}slot", f"{prefix}{node}".encode()
+    try:
+        _shrink.ShrinkGate(None).set_pending(prefix, node, {name: 0.0}, 10.0)
+        restarted = _shrink.ShrinkGate(None)  # no resize call: a pending shrink never ends
+        assert not restarted.admit(prefix, node, {name: 1.0})
+        assert restarted.admit(prefix, node, {f"{prefix}other": 1.0})
+        assert _shrink.MarkerCache().names(prefix, node, WAIT) == {name}
+    finally:
+        _shrink._kv().internal_kv_del(key, False, _shrink.NAMESPACE)
+
+
+def test_a_write_seen_before_the_markers_load_ends_the_shrink_it_replaced(
+    ray_cluster: Any,
+) -> None:
+    """A restarted actor that records a newer write of the label (another capacity) before
+    it loads the markers does not bring the replaced shrink back, and drops its marker."""
+    prefix, node = f"escher-rw-{uuid.uuid4().hex[:6]}_", _node_id()
+    name, key = f"{prefix}slot", f"{prefix}{node}".encode()
+    kv = _shrink._kv()
+    try:
+        _shrink.ShrinkGate(None).set_pending(prefix, node, {name: 0.0}, 10.0)
+        restarted = _shrink.ShrinkGate(None)
+        restarted.replaced(node, name, 2.0, 11.0)  # grown again after the shrink
+        restarted.replaced(node, f"{prefix}x", 0.0, 12.0)  # another label: no effect
+        assert restarted.admit(prefix, node, {name: 1.0})
+        assert kv.internal_kv_get(key, _shrink.NAMESPACE) is None
+    finally:
+        kv.internal_kv_del(key, False, _shrink.NAMESPACE)
