@@ -7,6 +7,7 @@ in the encoder or the search cannot vouch for itself.
 from __future__ import annotations
 
 import itertools
+import operator
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -29,6 +30,10 @@ if TYPE_CHECKING:  # annotations only
     from escher.core.plan import PlannedResource, PlannedTask
 
 __all__ = ["check_placement", "intent_violation"]
+
+_name = operator.attrgetter("name")
+_count = operator.attrgetter("count")
+_concurrent = operator.attrgetter("concurrent")
 
 
 def _capacities(
@@ -212,7 +217,7 @@ def intent_violation(
 def _count_errors(
     plan: Plan, placement: Mapping[str, Sequence[str]], alive: Mapping[str, object]
 ) -> list[str]:
-    counts = {t.name: t.count for t in plan.tasks}
+    counts = dict(zip(map(_name, plan.tasks), map(_count, plan.tasks), strict=True))
     if placement.keys() == counts.keys():  # the usual case, in whole-list passes
         placed = list(map(placement.__getitem__, counts))
         used = set(itertools.chain.from_iterable(placed))
@@ -280,7 +285,7 @@ def _group_errors(
     names of the tasks in a gang."""
     gangs = [set(i.tasks) for i in plan.intents if isinstance(i, Gang) and not i.preferred]
     groups: list[tuple[str, list[PlannedTask]]] = [
-        ("concurrent tasks", [t for t in plan.tasks if t.concurrent])
+        ("concurrent tasks", list(itertools.compress(plan.tasks, map(_concurrent, plan.tasks))))
     ]
     groups += [(f"gang {sorted(g)}", [plan.task(name) for name in g]) for g in gangs]
     errors: list[str] = []

@@ -75,16 +75,27 @@ def _started() -> float:
     return now - age if 0 <= age < 60 else now
 
 
+#: While the command runs, the cycle collector's youngest generation is collected after this
+#: many new objects (Python's default is 700): a plan written one entry per task makes a few
+#: objects per task in each stage (tens of thousands, nearly all kept until the end), which
+#: the default would walk again and again; a long search still gets its cycles collected.
+YOUNG_THRESHOLD = 50_000
+
+
 @contextlib.contextmanager
 def _frozen_heap() -> Iterator[None]:
     """Keep what exists now (the plan and the cluster: thousands of objects for a plan written
     one entry per task, alive until the command ends) out of the cycle collector's passes
-    while the block runs. Enter it while the collector is paused (as the files are read):
-    its first pass after resuming would otherwise walk every one of them."""
+    while the block runs, and collect the young generation every `YOUNG_THRESHOLD` new
+    objects. Enter it while the collector is paused (as the files are read): its first pass
+    after resuming would otherwise walk every one of them."""
+    threshold = gc.get_threshold()
     gc.freeze()
+    gc.set_threshold(max(threshold[0], YOUNG_THRESHOLD), *threshold[1:])
     try:
         yield
     finally:
+        gc.set_threshold(*threshold)
         gc.unfreeze()
 
 
