@@ -79,7 +79,7 @@ def _started() -> float:
 #: many new objects (Python's default is 700): a plan written one entry per task makes a few
 #: objects per task in each stage (tens of thousands, nearly all kept until the end), which
 #: the default would walk again and again; a long search still gets its cycles collected.
-YOUNG_THRESHOLD = 50_000
+YOUNG_THRESHOLD = 100_000
 
 
 @contextlib.contextmanager
@@ -88,13 +88,15 @@ def _frozen_heap() -> Iterator[None]:
     one entry per task, alive until the command ends) out of the cycle collector's passes
     while the block runs, and collect the young generation every `YOUNG_THRESHOLD` new
     objects. Enter it while the collector is paused (as the files are read): its first pass
-    after resuming would otherwise walk every one of them."""
+    after resuming would otherwise walk every one of them. At the end, everything joins the
+    oldest generation (collected with it, when Python next collects that one)."""
     threshold = gc.get_threshold()
     gc.freeze()
     gc.set_threshold(max(threshold[0], YOUNG_THRESHOLD), *threshold[1:])
     try:
         yield
     finally:
+        gc.freeze()  # what the command made joins the oldest generation too, without a pass
         gc.set_threshold(*threshold)
         gc.unfreeze()
 
