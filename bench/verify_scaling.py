@@ -17,6 +17,8 @@ Families (expected verdict by construction):
   d  fragmentation: 3-GPU tasks, enough GPUs in total, no node with 3 free: infeasible
   t  zero-slack triplets: every node (capacity 1000) filled exactly by three tasks of sizes
      250-500 (60 to 501 tasks): feasible; "t-short" is the same with one node fewer
+  q  zero-slack quadruplets: every node (capacity 1000) filled exactly by four tasks of
+     sizes 200-300 (80 to 668 tasks): feasible; "q-short" is the same with one node fewer
   m  multi-resource (CPU, memory) packings at 98-100% of capacity on three node types,
      shapes from a catalogue then small fillers: feasible
   u  suffix: the same plan written one entry per task instead of replicas
@@ -202,6 +204,23 @@ def triplets(n_nodes: int, seed: int, short: bool, grouped: bool) -> tuple[Plan,
     return plan, {"nodes": nodes}, not short
 
 
+def quadruplets(n_nodes: int, seed: int, short: bool) -> tuple[Plan, Any, bool]:
+    """Zero-slack: each node of capacity 1000 filled exactly by four tasks of 200-300."""
+    rng = random.Random(seed)
+    sizes: list[int] = []
+    for _ in range(n_nodes):
+        while True:
+            parts = [rng.randint(200, 300) for _ in range(3)]
+            if 200 <= 1000 - sum(parts) <= 300:
+                break
+        sizes += [*parts, 1000 - sum(parts)]
+    shapes = {str(s): {"mem": s} for s in sizes}
+    plan = _jobs([str(s) for s in sizes], rng, True, shapes)
+    m = n_nodes - 1 if short else n_nodes
+    nodes = [{"id": f"n{i:04d}", "total": {"mem": 1000}} for i in range(m)]
+    return plan, {"nodes": nodes}, not short
+
+
 M_TYPES = {"m64": (64, 256), "m32": (32, 128), "m96": (96, 384)}
 M_SHAPES = [(1, 2), (2, 8), (4, 16), (8, 32), (16, 64), (6, 12), (12, 48), (3, 24)]
 M_FILL = [(1, 4), (1, 2), (1, 1)]
@@ -309,6 +328,8 @@ def instances(quick: bool, seed: int) -> list[tuple[str, int, Any]]:
         out.append(("t", n, lambda n=n: triplets(n, seed, False, True)))
         out.append(("t-short", n, lambda n=n: triplets(n, seed, True, True)))
         out.append(("t-u", n, lambda n=n: triplets(n, seed, False, False)))
+        out.append(("q", n, lambda n=n: quadruplets(n, seed, False)))
+        out.append(("q-short", n, lambda n=n: quadruplets(n, seed, True)))
     for n in [100] if quick else [100, 1000]:
         out.append(("m", n, lambda n=n: multi(n, seed, True)))
         out.append(("m-u", n, lambda n=n: multi(n, seed, False)))

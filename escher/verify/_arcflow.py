@@ -30,11 +30,16 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from escher.verify import _exactfill
 from escher.verify._problem import Problem
 from escher.verify._search import INF, Fill, _placement, _Space, _space, applicable
 
 #: Arcs (over all node types) above which the model is not built.
 ARC_LIMIT = 150_000
+
+#: At most this share of the time left, and these seconds, go to exact completion first.
+EXACT_FILL_SHARE = 0.25
+EXACT_FILL_SECONDS = 1.0
 
 #: Seconds of the first MILP run; each restart doubles it (the last one takes what is left).
 FIRST_RUN = 1.0
@@ -257,6 +262,21 @@ def _walk(
     return tuple(sorted(counts.items()))
 
 
+def _exact_fills(m: _Model, deadline: float) -> list[tuple[int, Fill]] | None:
+    """Zero slack on one node type: fills found by exact completion
+    (`escher.verify._exactfill`), given at most `EXACT_FILL_SHARE` of the time left."""
+    types = [t for t, n in enumerate(m.nodes) if n]
+    if not m.exact or len(types) != 1:
+        return None
+    t = types[0]
+    if any(not m.sp.ok[c][t] for c in m.demand):
+        return None
+    sizes = {c: m.sp.vec[c][m.dim] for c in m.demand}
+    budget = min(EXACT_FILL_SECONDS, EXACT_FILL_SHARE * (deadline - time.monotonic()))
+    fills = _exactfill.fill(m.caps[t], sizes, m.demand, m.nodes[t], time.monotonic() + budget)
+    return None if fills is None else [(t, f) for f in fills]
+
+
 def solve(p: Problem, deadline: float) -> tuple[str, list[list[int]] | None]:
     """("feasible", placement) | ("infeasible", None) | ("unknown", None) for a problem
     whose classes load one dimension; ("unknown", None) when the model does not apply."""
@@ -268,6 +288,11 @@ def solve(p: Problem, deadline: float) -> tuple[str, list[list[int]] | None]:
     m = _model(p, sp, 0, list(sp.order))
     if m is None:
         return ("unknown", None)
+    quick = _exact_fills(m, deadline)
+    if quick is not None:
+        placement = _placement(p, sp, quick)
+        if placement:
+            return ("feasible", placement)
     status, path = _run(m, deadline)
     if status != "feasible" or path is None:
         return (status, None)
