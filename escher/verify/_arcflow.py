@@ -30,7 +30,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from escher.verify import _exactfill
+from escher.verify import _bounded, _exactfill
 from escher.verify._problem import Problem
 from escher.verify._search import INF, Fill, _placement, _Space, _space, applicable
 
@@ -197,31 +197,25 @@ def _run(m: _Model, deadline: float) -> tuple[str, list[tuple[int, Fill]] | None
             rng = random.Random(attempt)
             for arcs in m.arcs:
                 rng.shuffle(arcs)
-        status, path = _milp(m, min(limit, left) if left > 2 * limit else left)
+        seconds = min(limit, left) if left > 2 * limit else left
+        status, path = _milp(m, seconds, _bounded.hard_limit(seconds, left))
         if status != "unknown":
             return status, path
         limit *= 2
     return ("unknown", None)
 
 
-def _milp(m: _Model, seconds: float) -> tuple[str, list[tuple[int, Fill]] | None]:
-    import numpy as np
-    from scipy.optimize import Bounds, LinearConstraint, milp
-
+def _milp(
+    m: _Model, seconds: float, hard_seconds: float
+) -> tuple[str, list[tuple[int, Fill]] | None]:
     lay = _layout(m)
     a, lo, hi, upper = _matrix(m, lay)
-    res = milp(
-        c=np.zeros(lay.ncols),
-        constraints=LinearConstraint(a, lo, hi),
-        integrality=np.ones(lay.ncols),
-        bounds=Bounds(0, upper),
-        options={"time_limit": seconds, "presolve": True},
-    )
-    if res.status == 2:
+    status, x = _bounded.milp(a, lo, hi, upper, seconds, hard_seconds)
+    if status == 2:
         return ("infeasible", None)
-    if res.status != 0 or res.x is None:
+    if status != 0 or x is None:
         return ("unknown", None)
-    flow = [int(x + 0.5) for x in res.x]  # x >= 0
+    flow = [int(v + 0.5) for v in x]  # x >= 0
     return ("feasible", _paths(m, lay, flow))
 
 

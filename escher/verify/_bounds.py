@@ -2,6 +2,8 @@
 
 * co-location vs separation: a co-located component holds more replicas of a separated set
   than the limit allows on one node;
+* separation vs node count: a separated set has more replicas than the limit per node times
+  the nodes they may use;
 * no allowed node: pins and topology keys leave a task no node;
 * largest free slot: a replica (or co-located group) fits no node it may use;
 * per-resource totals: a simultaneous group asks for more of a resource than all nodes have;
@@ -245,6 +247,30 @@ def _l2(p: Problem, g: str, r: int, its: list[Item]) -> Conflict | None:
     )
 
 
+def limit_count_conflict(p: Problem) -> Conflict | None:
+    """A separation/spread limit whose tasks outnumber `limit x the nodes they may use`."""
+    tagged: dict[str, list[Item]] = {}
+    for it in p.items:
+        for lid in it.tags:
+            if lid in p.limits:
+                tagged.setdefault(lid, []).append(it)
+    for lid, its in tagged.items():
+        lim, sid = p.limits[lid]
+        replicas = sum(it.tags[lid] * it.mult for it in its)
+        nodes = len(_candidate_nodes(p, its))
+        if replicas > lim * nodes:
+            text = p.statements[sid].text if sid else "a scenario"
+            core = frozenset().union(*(it.stmts | it.allowed_stmts for it in its))
+            return Conflict(
+                "separation vs node count",
+                core | ({sid} if sid else set()),
+                f"{replicas} replicas of {_names(p, its[0])}"
+                f"{' and others' if len(its) > 1 else ''} need {-(-replicas // lim)} nodes "
+                f"({text} allows {lim} per node), but they may use only {nodes}",
+            )
+    return None
+
+
 def _candidate_nodes(p: Problem, its: list[Item]) -> set[int]:
     if any(it.allowed is None for it in its):
         return set(range(len(p.node_ids)))
@@ -258,7 +284,8 @@ def _candidate_nodes(p: Problem, its: list[Item]) -> set[int]:
 def precheck(p: Problem, deadline: float = math.inf) -> Conflict | None:
     """The first exact conflict the cheap checks find, or None (also when `deadline`, a
     `time.monotonic()` value, passes between them)."""
-    for check in (limit_conflict, slot_conflict, totals_conflict, l2_conflict):
+    checks = (limit_conflict, limit_count_conflict, slot_conflict, totals_conflict, l2_conflict)
+    for check in checks:
         if time.monotonic() >= deadline:
             return None
         found = check(p)
