@@ -257,7 +257,7 @@ def limit_count_conflict(p: Problem) -> Conflict | None:
     for lid, its in tagged.items():
         lim, sid = p.limits[lid]
         replicas = sum(it.tags[lid] * it.mult for it in its)
-        nodes = len(_candidate_nodes(p, its))
+        nodes = _candidate_count(p, its)
         if replicas > lim * nodes:
             text = p.statements[sid].text if sid else "a scenario"
             core = frozenset().union(*(it.stmts | it.allowed_stmts for it in its))
@@ -269,6 +269,13 @@ def limit_count_conflict(p: Problem) -> Conflict | None:
                 f"({text} allows {lim} per node), but they may use only {nodes}",
             )
     return None
+
+
+def _candidate_count(p: Problem, its: list[Item]) -> int:
+    """How many nodes some of `its` may use (every node unless all are pinned)."""
+    if any(it.allowed is None for it in its):
+        return len(p.node_ids)
+    return len(_candidate_nodes(p, its))
 
 
 def _candidate_nodes(p: Problem, its: list[Item]) -> set[int]:
