@@ -1,5 +1,5 @@
 """Where an escher task's time goes on Ray: raw Ray with escher's per-task protocol added one
-layer at a time, against escher itself, same run, same local cluster as `ray_backend.py`.
+layer at a time, against escher itself, same run, on `ray_backend.py`'s local cluster.
 
   A  raw Ray, a no-op task without arguments (the baseline)
   B  + the attempt's key as the one argument, and (node, value) as the result
@@ -34,7 +34,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_ENABLE_AUTO_CONNECT", "0")
 
 import ray
-from ray.cluster_utils import Cluster
+from ray_backend import start  # the same local cluster, configured alike
 
 import escher
 from escher.backends.ray import RayBackend
@@ -67,27 +67,6 @@ def claimed(key: str) -> tuple[str, int]:
     if not claim(PREFIX, key, node, WAIT):
         raise RuntimeError(f"{key} claimed twice")
     return node, 1
-
-
-def start() -> Cluster:
-    """Head (no CPUs) + 4 worker nodes x 2 CPUs, configured as in `ray_backend.py`."""
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={
-            "num_cpus": 0,
-            "include_dashboard": False,
-            "object_store_memory": 80 * 2**20,
-            "_system_config": {
-                "idle_worker_killing_time_threshold_ms": 600_000,
-                "num_workers_soft_limit": 8,
-            },
-        },
-    )
-    for _ in range(4):
-        cluster.add_node(num_cpus=2, object_store_memory=80 * 2**20)
-    ray.init(address=cluster.address, namespace="escher-bench", log_to_driver=False)
-    cluster.wait_for_nodes(timeout=120)
-    return cluster
 
 
 def settle_by_callback(refs: list[Any]) -> None:

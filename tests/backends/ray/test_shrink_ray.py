@@ -33,12 +33,11 @@ def _worker(backend: RayBackend) -> str:
     return next(n for n, node in sorted(state.nodes.items()) if node.total.get("CPU", 0) > 0)
 
 
-def test_a_task_of_the_holders_shape_does_not_take_the_freed_unit(
-    backend: RayBackend, tmp_path: Any
-) -> None:
-    """The late task has the holder's function and request (the owner may hand it the
-    holder's worker lease): after a shrink to 0, it waits although Ray's unit is free."""
-    node, label = _worker(backend), "shrink-lease"
+def _holder_and_late_task(
+    backend: RayBackend, node: str, label: str, tmp_path: Any
+) -> tuple[Any, Any, list[str]]:
+    """`label` x1 on `node`, and two tasks of one shape that hold it until their gate file
+    exists: the first (which gets the unit) and a late one (queued for it)."""
     for _ in range(2):  # from its second launch on a function has its own remote function
         assert backend.launch(TaskSpec(hold_until, ("", False))).result(WAIT)
     backend.set_resource(label, 1, node)
@@ -46,6 +45,16 @@ def test_a_task_of_the_holders_shape_does_not_take_the_freed_unit(
     gates = [str(tmp_path / "a"), str(tmp_path / "b")]
     first = backend.launch(TaskSpec(hold_until, (gates[0], True), resources=request))
     late = backend.launch(TaskSpec(hold_until, (gates[1], True), resources=request))
+    return first, late, gates
+
+
+def test_a_task_of_the_holders_shape_does_not_take_the_freed_unit(
+    backend: RayBackend, tmp_path: Any
+) -> None:
+    """The late task has the holder's function and request (the owner may hand it the
+    holder's worker lease): after a shrink to 0, it waits although Ray's unit is free."""
+    node, label = _worker(backend), "shrink-lease"
+    first, late, gates = _holder_and_late_task(backend, node, label, tmp_path)
     try:
         assert wait_until(first.started, WAIT)
         assert backend.set_resource(label, 0, node) == (node,)
@@ -104,13 +113,7 @@ def test_a_pending_shrink_outlives_a_restart_of_the_control_actor(
     import ray
 
     node, label = _worker(backend), "shrink-restart"
-    for _ in range(2):  # from its second launch on a function has its own remote function
-        assert backend.launch(TaskSpec(hold_until, ("", False))).result(WAIT)
-    backend.set_resource(label, 1, node)
-    request = Resources({label: 1, "CPU": 0.5})
-    gates = [str(tmp_path / "a"), str(tmp_path / "b")]
-    first = backend.launch(TaskSpec(hold_until, (gates[0], True), resources=request))
-    late = backend.launch(TaskSpec(hold_until, (gates[1], True), resources=request))
+    first, late, gates = _holder_and_late_task(backend, node, label, tmp_path)
     try:
         assert wait_until(first.started, WAIT)
         assert backend.set_resource(label, 0, node) == (node,)
