@@ -102,6 +102,22 @@ class Load:
             )
             self.refs.append((key, self.backend.launch(spec)))
 
+    def stuck(self, backend: Any, cluster: Any) -> str:
+        """What the unfinished tasks and their pods look like, for a failure message."""
+        lines = []
+        for key, ref in self.refs:
+            if ref.done():
+                continue
+            facts = backend.describe_task(ref)
+            pod = facts["pod"]
+            phase = "-"
+            if pod:
+                with contextlib.suppress(Exception):
+                    phase = cluster.api.read_namespaced_pod(pod, facts["namespace"]).status.phase
+            lines.append(f"{key}: {ref.state.name} {facts} phase={phase}")
+        errors = [repr(e)[:200] for e in cluster.kubelet.errors[-5:]]
+        return "\n".join([*lines, f"kubelet errors: {errors}", f"{backend.describe()}"])
+
     def check(self, cluster: Any) -> None:
         assert not self.errors, self.errors
         assert self.writes > 0
@@ -129,7 +145,8 @@ def _restart_under_load(
         assert wait_until(lambda: load.writes >= 5, timeout=WAIT)
         restart(down_seconds=2.0)
         load.launch("b", 6)  # the API server has just come back
-        assert wait_until(lambda: all(r.done() for _, r in load.refs), timeout=WAIT)
+        done = wait_until(lambda: all(r.done() for _, r in load.refs), timeout=WAIT)
+        assert done, load.stuck(backend, cluster)
         load.stop.set()
         writer.join(WAIT)
         load.check(cluster)

@@ -945,6 +945,10 @@ def add_fake_node(
 # --------------------------------------------------------------------------- fake kubelet
 
 
+class _Unsure(Exception):
+    """A pod's node could not be read: look at its pods again after a fresh list."""
+
+
 class FakeKubelet:
     """Plays the kubelet for pods bound to fake nodes.
 
@@ -1019,14 +1023,26 @@ class FakeKubelet:
     # ---------------------------------------------------------------- internals
 
     def _is_fake_node(self, node: str) -> bool:
+        """Whether this kubelet plays `node`.
+
+        Raises:
+            _Unsure: the node could not be read (the API server restarting): the watch
+                lists again (as a kubelet resyncs), so the pod is looked at again.
+        """
+        from kubernetes import client
+
         if self._fixed_nodes is not None:
             return node in self._fixed_nodes
         if node not in self._node_cache:
             try:
                 labels = self.api.read_node(node).metadata.labels or {}
-                self._node_cache[node] = labels.get(FAKE_NODE_LABEL) == "true"
-            except Exception:
-                return False  # unknown node (yet); look again next time
+            except client.ApiException as e:
+                if e.status == 404:
+                    return False  # not a node (any more)
+                raise _Unsure(node) from e
+            except Exception as e:
+                raise _Unsure(node) from e
+            self._node_cache[node] = labels.get(FAKE_NODE_LABEL) == "true"
         return self._node_cache[node]
 
     def _plan(self, delay: float, action: str, pod: Any) -> None:
@@ -1100,7 +1116,8 @@ class FakeKubelet:
             except Exception as e:  # 410 Gone, connection reset, apiserver stopped...
                 if self._stop.is_set():
                     return
-                if not (isinstance(e, client.ApiException) and e.status == 410):
+                gone = isinstance(e, client.ApiException) and e.status == 410
+                if not (gone or isinstance(e, _Unsure)):
                     self.errors.append(e)
                 self._stop.wait(0.5)
 

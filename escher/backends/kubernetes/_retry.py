@@ -3,7 +3,8 @@
 A call that got no HTTP answer (connection refused or reset, a timeout), an answer that
 says "not now" (429, 500, 502, 503, 504: e.g. etcd is restarting under the API server), or a
 refusal whose reason is that the API server could not reach its own backends (a shutting-down
-server answers a create with 403 "Get .../limitranges: dial tcp ...: connection refused") is
+server answers a create with 403 "Get .../limitranges: dial tcp ...: connection refused"; with
+etcd restarting, 403 "rpc error: code = Unavailable desc = transport is closing") is
 tried again with a growing pause, for at most `patience` seconds in all. Only calls that are
 safe to repeat go through here: reads, writes guarded by a resourceVersion, creates of a
 named object (a repeat gets 409, which the caller resolves), deletes.
@@ -42,6 +43,9 @@ BACKEND_TROUBLE = (
     "client connection lost",
     "etcdserver:",
     "is shutting down",
+    # etcd restarting under the API server, as gRPC says it (a create's admission lookups)
+    "code = unavailable",
+    "transport is closing",
 )
 
 

@@ -296,6 +296,9 @@ def _refusal(status: int, text: str) -> Exception:
         (403, 'pods "p" is forbidden: Get "https://127.0.0.1:58287/api/v1/namespaces/'
               'default/limitranges": dial tcp 127.0.0.1:58287: connect: connection refused',
          True),
+        # A create while etcd restarted under the API server (recorded on the test plane).
+        (403, 'pods "p" is forbidden: rpc error: code = Unavailable desc = transport is '
+              "closing", True),
         (500, "etcdserver: request timed out", True),
         (503, "the server is currently unable to handle the request", True),
         (429, "too many requests", True),
