@@ -19,6 +19,7 @@ import gc
 import json
 import marshal
 import math
+import operator
 from collections.abc import Hashable, Iterable, Iterator
 from importlib import resources as _resources
 from pathlib import Path
@@ -177,6 +178,9 @@ def _compiled(kind: str) -> Any:
 # whether an entry is valid beyond its type and being empty (names, ids, sources): entries
 # differing only there share one validation.
 _ENTRIES = {"plan": ("tasks", ("name", "source")), "cluster": ("nodes", ("id",))}
+# Those of the fields above an entry may leave out (an entry without one is valid exactly
+# when it is with a non-empty string there).
+_OPTIONAL = frozenset({"source"})
 
 
 # Version 2 of the marshal format writes no back-references (nor the table that finds them):
@@ -213,6 +217,33 @@ def _entry_shape(entry: Any, free: tuple[str, ...]) -> Hashable | None:
         return repr(rest)
 
 
+def _plain_shapes(entries: list[Any], free: tuple[str, ...]) -> list[Hashable | None] | None:
+    """The shapes of `entries` in one go when each is an object with a non-empty string in
+    each of its `free` fields (or none in an optional one) and no value orjson would write
+    as ``null``: its JSON text with ``"-"`` there, which tells entries apart as
+    `_entry_shape` does. None otherwise (or without orjson)."""
+    if _orjson is None or set(map(type, entries)) != {dict}:
+        return None
+    for name in free:
+        try:
+            if name in _OPTIONAL:
+                values = [entry.get(name, "-") for entry in entries]
+            else:
+                values = list(map(operator.itemgetter(name), entries))
+        except KeyError:
+            return None
+        if set(map(type, values)) != {str} or not all(values):
+            return None
+    dumps, fill = _orjson.dumps, dict.fromkeys(free, "-")
+    try:
+        shapes: list[Hashable | None] = [dumps({**entry, **fill}) for entry in entries]
+    except TypeError:  # orjson's JSONEncodeError: a value JSON cannot hold
+        return None
+    if b"null" in b"".join(shapes):  # type: ignore[arg-type]
+        return None
+    return shapes
+
+
 def _by_shape(data: Any, kind: str) -> tuple[Any, list[Hashable | None] | None]:
     """A document with one entry per shape (`_entry_shape`) in its list of tasks or nodes
     (it is valid exactly when `data` is, so a plan written one entry per task is validated
@@ -222,7 +253,9 @@ def _by_shape(data: Any, kind: str) -> tuple[Any, list[Hashable | None] | None]:
     if not isinstance(data, dict) or not isinstance(data.get(where), list):
         return data, None
     entries = data[where]
-    shapes = [_entry_shape(entry, free) for entry in entries]
+    shapes = _plain_shapes(entries, free)
+    if shapes is None:
+        shapes = [_entry_shape(entry, free) for entry in entries]
     # One entry of each shape (the last: which one does not matter, nor their order; a
     # document with an entry that is not an object is invalid whichever such entry stays).
     kept = list(dict(zip(shapes, entries, strict=True)).values())

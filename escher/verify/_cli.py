@@ -17,13 +17,18 @@ from pathlib import Path
 from typing import Any
 
 import click
+
+try:  # the `verify` extra
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - without the extra
+    _orjson = None  # type: ignore[assignment]
 from rich.console import Console
 from rich.table import Table
 
 from escher.cli.conventions import command, console, fail
 from escher.core.cluster import ClusterState
 from escher.core.formats import paused_gc
-from escher.core.plan import Plan
+from escher.verify._grouped import load_grouped
 from escher.verify._result import (
     EXIT_BAD_INPUT,
     EXIT_CODES,
@@ -111,8 +116,12 @@ def json_text(data: dict[str, Any]) -> str:
     witness = data.get("witness")
     if not witness:
         return json.dumps(data, indent=2, sort_keys=True)
-    one_line = json.dumps(witness, sort_keys=True, check_circular=False, separators=("\0", ": "))
-    lines = one_line[1:-1].replace("]\0", "],\n    ").replace("\0", ", ")
+    lines = _plain_witness_lines(witness)
+    if lines is None:
+        one_line = json.dumps(
+            witness, sort_keys=True, check_circular=False, separators=("\0", ": ")
+        )
+        lines = one_line[1:-1].replace("]\0", "],\n    ").replace("\0", ", ")
     parts = [
         f"  {json.dumps(key)}: "
         + (
@@ -123,6 +132,24 @@ def json_text(data: dict[str, Any]) -> str:
         for key in sorted(data)
     ]
     return "{\n" + ",\n".join(parts) + "\n}"
+
+
+def _plain_witness_lines(witness: dict[str, Any]) -> str | None:
+    """The witness's lines as `json_text` writes them, by orjson when no name or node id
+    has a character JSON escapes, nor one of ``,:[]`` (then each of those in orjson's
+    compact text separates, and can be rewritten); else None."""
+    if _orjson is None:
+        return None
+    try:
+        text = _orjson.dumps(witness, option=_orjson.OPT_SORT_KEYS)
+    except TypeError:  # orjson's JSONEncodeError
+        return None
+    tasks, nodes = len(witness), sum(map(len, witness.values()))
+    separators = (b"[", tasks), (b"]", tasks), (b":", tasks), (b",", nodes - 1)
+    if not text.isascii() or b"\\" in text or any(text.count(c) != n for c, n in separators):
+        return None  # orjson writes no escape but with a backslash
+    body = text[1:-1].decode()
+    return body.replace('"],"', '"],\n    "').replace('","', '", "').replace('":["', '": ["')
 
 
 def _state(cluster: str | None, backend: str | None) -> tuple[ClusterState, str]:
@@ -177,7 +204,8 @@ class _Printer:
         table.add_column("task")
         table.add_column("replicas", justify="right")
         table.add_column("nodes")
-        for task, nodes in list(witness.items())[:30]:
+        for task in sorted(witness)[:30]:
+            nodes = witness[task]
             shown = sorted(set(nodes))
             text = ", ".join(shown[:6]) + (f" (+{len(shown) - 6})" if len(shown) > 6 else "")
             table.add_row(task, str(len(nodes)), text)
@@ -257,17 +285,18 @@ def verify(
         fail(f"--timeout must be a positive number of seconds, got {timeout}.", EXIT_BAD_INPUT)
     with contextlib.ExitStack() as frozen:
         with paused_gc():
-            plan = Plan.load(plan_file)
+            plan = load_grouped(plan_file)
             state, origin = _state(cluster, backend)
             frozen.enter_context(_frozen_heap())
         # The search below may make cycles: the collector runs, on new objects.
-        run = Verifier(plan, state, deadline=start + timeout - min(OUTPUT_SHARE * timeout, 1.0))
+        deadline = start + timeout - min(OUTPUT_SHARE * timeout, 1.0)
+        run = Verifier._grouped(plan, state, deadline, None)
         verdict = run.verdict()
         printer = None if fmt == "json" else _Printer()
         where = _where(state, origin)
         if printer is not None:
             printer.verdict(verdict, where)
-        proofs = not no_intents and any(not i.preferred for i in plan.intents)
+        proofs = not no_intents and any(not i.preferred for i in plan.plan.intents)
         # The verdict and its cause are already printed: shrinking is polish, kept short.
         result = run.explain(EXPLAIN_SHARE if proofs else 1.0, capped=True)
         if printer is not None:

@@ -133,10 +133,13 @@ def _short(p: Problem, it: Item, t: int) -> list[int]:
     return out
 
 
-def _rows(e: _Enc) -> None:
-    """Count variables per (class, bin) summing to the class size, and the zeros."""
+def _rows(e: _Enc, deadline: float) -> bool:
+    """Count variables per (class, bin) summing to the class size, and the zeros; False
+    when `deadline` passed before all were made."""
     ctx = e.s.ctx
     for ci, idxs in enumerate(e.cls):
+        if time.monotonic() > deadline:
+            return False
         row = [z3.Int(f"x{ci}_{b}", ctx) for b in range(len(e.bins))]
         for v in row:
             e.s.add(v >= 0)
@@ -145,6 +148,7 @@ def _rows(e: _Enc) -> None:
         it = e.rep(ci)
         for b, bin_ in enumerate(e.bins):
             _zeros(e, it, row[b], bin_)
+    return True
 
 
 def _count(e: _Enc, idxs: list[int]) -> z3.ArithRef:
@@ -338,13 +342,18 @@ def _encode(
     e = _Enc(
         p, _solver(ctx, deadline, memory_mb), _Lits(ctx), list(classes(p).values()), bins, exact
     )
-    _rows(e)
+    if not _rows(e, deadline):
+        return ("unknown", "timeout while building the model")
     for b in range(len(bins)):
         _capacity(e, b)
         if time.monotonic() > deadline:
             return ("unknown", "timeout while building the model")
     for rule in p.rules:
         _rule(e, rule)
+    left = deadline - time.monotonic()
+    if left <= 0:
+        return ("unknown", "timeout while building the model")
+    e.s.set("timeout", max(1, int(left * 1000)))  # what is left after building it
     return _solve(e)
 
 

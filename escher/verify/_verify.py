@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from escher.core.cluster import ClusterState
@@ -17,6 +18,7 @@ from escher.core.errors import ValidationError, VerificationError
 from escher.core.plan import Plan
 from escher.verify._engine import Decision, decide
 from escher.verify._facts import plan_facts
+from escher.verify._grouped import Grouping, as_written, load_grouped
 from escher.verify._intents import IntentProver, preference_met
 from escher.verify._minimise import minimise
 from escher.verify._problem import Mods, Problem
@@ -41,6 +43,13 @@ EXPLAIN_SHARE = 0.5
 #: proven minimal: the cause line and the statements found are already the answer.
 EXPLAIN_MIN = 2.0
 EXPLAIN_FACTOR = 10.0
+
+#: A plan file written one entry per task is explained in groups of alike entries first,
+#: then with the fewest entries of each group: that step stops after max(ENTRIES_MIN,
+#: ENTRIES_SHARE x the seconds spent so far), so the file costs about what it would grouped
+#: (the explanation is then marked not proven minimal).
+ENTRIES_MIN = 0.25
+ENTRIES_SHARE = 0.25
 
 #: Share of the time left after the verdict for meeting more preferences (at most 2 s).
 PREFER_SHARE = 0.1
@@ -72,6 +81,8 @@ class Verifier:
     """One verification in stages: `verdict`, `explain`, `intents`, then `result`.
 
     Every stage stops at `deadline` (a `time.monotonic()` value) with what it proved.
+    `Verifier.from_file` reads a plan file so that one written one entry per task costs
+    what it would with replicas.
 
     Raises:
         ValidationError: a bad plan, state or option (from the constructor).
@@ -85,28 +96,69 @@ class Verifier:
         deadline: float,
         memory_limit_mb: int | None = None,
     ) -> None:
-        _check_arguments(plan, state, max(deadline - time.monotonic(), 1e-9), memory_limit_mb)
-        self.plan = plan
+        self._setup(as_written(plan), state, deadline, memory_limit_mb)
+
+    @classmethod
+    def from_file(
+        cls,
+        path: str | Path,
+        state: ClusterState,
+        *,
+        deadline: float,
+        memory_limit_mb: int | None = None,
+    ) -> Verifier:
+        """A verification of the plan file at `path` (the format of `Plan.load`).
+
+        Entries that differ only in name and source, that no intent names and that create
+        nothing are decided as one task with the replicas of all; the witness and the
+        explanation name the entries as written (docs/verify.md).
+
+        Raises:
+            PlanFormatError: unreadable file or bad content, naming the file and place.
+            ValidationError: a bad state or option.
+        """
+        return cls._grouped(load_grouped(path), state, deadline, memory_limit_mb)
+
+    @classmethod
+    def _grouped(
+        cls, grouping: Grouping, state: ClusterState, deadline: float, memory_mb: int | None
+    ) -> Verifier:
+        run = cls.__new__(cls)
+        run._setup(grouping, state, deadline, memory_mb)
+        return run
+
+    def _setup(
+        self, grouping: Grouping, state: ClusterState, deadline: float, memory_mb: int | None
+    ) -> None:
+        self._grouping = grouping
+        self._decided = grouping.plan  # what is decided: the plan as written, or its groups
+        left = max(deadline - time.monotonic(), 1e-9)
+        _check_arguments(self._decided, state, left, memory_mb)
         self.state = state
         self.deadline = deadline
-        self.memory_mb = memory_limit_mb
+        self.memory_mb = memory_mb
         self._decision: Decision | None = None
         self._result: VerificationResult | None = None
         self._intents: list[IntentResult] = []
         self._explained = False
         self._times: dict[str, float] = {}
 
+    @property
+    def plan(self) -> Plan:
+        """The plan as written."""
+        return self._grouping.written
+
     def verdict(self) -> VerificationResult:
         """Decide feasibility; an infeasible verdict comes with its cause, not yet minimised."""
         if self._result is not None:
             return self._result
         t0 = time.perf_counter()
-        d = decide(self.plan, self.state, deadline=self.deadline, memory_mb=self.memory_mb)
+        d = decide(self._decided, self.state, deadline=self.deadline, memory_mb=self.memory_mb)
         witness = None
         if d.status == "feasible":
             assert d.placement is not None
             witness = to_witness(d.problem, d.placement)
-            problems = witness_problems(self.plan, self.state, witness)
+            problems = witness_problems(self._decided, self.state, witness)
             if problems:  # pragma: no cover - an encoder bug; never report an unchecked witness
                 d = Decision("unknown", d.problem, reason="witness rejected: " + problems[0])
                 witness = None
@@ -118,12 +170,13 @@ class Verifier:
             t1 = time.perf_counter()
             witness, prefs = self._prefer(witness)
             self._times["preferences"] = time.perf_counter() - t1
+            witness = self._grouping.deal(witness)
         status = {"feasible": Verdict.FEASIBLE, "infeasible": Verdict.INFEASIBLE}.get(
             d.status, Verdict.UNKNOWN
         )
         explanation = None
         if status is Verdict.INFEASIBLE:
-            explanation = self._explanation(d.core, False, "not minimised yet")
+            explanation = self._explanation(self._core(), False, "not minimised yet")
         self._result = VerificationResult(
             status=status,
             witness=witness,
@@ -141,15 +194,14 @@ class Verifier:
         self, witness: dict[str, list[str]]
     ) -> tuple[dict[str, list[str]], tuple[str, ...]]:
         """Meet as many preferences (by weight) as is cheap; report which the witness meets."""
+        plan = self._decided
         prefs = sorted(
-            (i for i, x in enumerate(self.plan.intents) if x.preferred),
-            key=lambda i: -self.plan.intents[i].weight,
+            (i for i, x in enumerate(plan.intents) if x.preferred),
+            key=lambda i: -plan.intents[i].weight,
         )
         if not prefs:
             return witness, ()
-        met = {
-            i for i in prefs if preference_met(self.plan.intents[i], witness, self.state, self.plan)
-        }
+        met = {i for i in prefs if preference_met(plan.intents[i], witness, self.state, plan)}
         left = max(0.0, self.deadline - time.monotonic())
         until = time.monotonic() + min(2.0, left * PREFER_SHARE)
         for i in prefs:
@@ -157,30 +209,37 @@ class Verifier:
                 continue
             want = frozenset(met | {i})
             d = decide(
-                self.plan,
-                self.state,
-                deadline=until,
-                mods=Mods(require=want),
-                memory_mb=self.memory_mb,
+                plan, self.state, deadline=until, mods=Mods(require=want), memory_mb=self.memory_mb
             )
             if d.status == "feasible" and d.placement is not None:
                 better = to_witness(d.problem, d.placement)
-                if not witness_problems(self.plan, self.state, better):
+                if not witness_problems(plan, self.state, better):
                     witness = better
                     met = {
                         j
                         for j in prefs
-                        if preference_met(self.plan.intents[j], witness, self.state, self.plan)
+                        if preference_met(plan.intents[j], witness, self.state, plan)
                     }
         lines = tuple(
-            f"{self.plan.intents[i].describe()}: {'met' if i in met else 'not met'} by the witness"
+            f"{plan.intents[i].describe()}: {'met' if i in met else 'not met'} by the witness"
             for i in prefs
         )
         return witness, lines
 
+    def _core(self) -> frozenset[str]:
+        """The decision's conflicting statements, as ids of the plan as written."""
+        assert self._decision is not None
+        return self._grouping.written_sids(self._decision.core)
+
     def _explanation(self, core: frozenset[str], minimal: bool, note: str) -> Explanation:
         assert self._decision is not None
         statements = self._decision.problem.statements
+        if self._grouping.members:  # tasks as written (a group's task stands for several)
+            facts, statements = plan_facts(self.plan), dict(statements)
+            for sid in core:
+                written = facts.statement(sid) if sid.startswith("task:") else None
+                if written is not None:
+                    statements[sid] = written
         stmts = tuple(
             sorted((statements[s] for s in core), key=lambda s: (s.kind != "task", s.kind, s.id))
         )
@@ -204,9 +263,24 @@ class Verifier:
         left = max(0.0, self.deadline - time.monotonic())
         cap = max(EXPLAIN_MIN, EXPLAIN_FACTOR * self._times.get("verdict", 0.0))
         until = time.monotonic() + (min(left * share, cap) if capped else left * share)
-        core, minimal = minimise(
-            self.plan, self.state, self._decision.core, deadline=until, memory_mb=self.memory_mb
-        )
+        if self._grouping.members:  # shrunk as groups, then to the fewest entries of each
+            grouped, minimal = minimise(
+                self._decided,
+                self.state,
+                self._decision.core,
+                deadline=until,
+                memory_mb=self.memory_mb,
+            )
+            spent = time.perf_counter() - t0 + self._times.get("verdict", 0.0)
+            last = min(until, time.monotonic() + max(ENTRIES_MIN, ENTRIES_SHARE * spent))
+            core, finished = self._grouping.fewest_entries(
+                self.state, grouped, deadline=last, memory_mb=self.memory_mb
+            )
+            minimal = minimal and finished
+        else:
+            core, minimal = minimise(
+                self.plan, self.state, self._core(), deadline=until, memory_mb=self.memory_mb
+            )
         self._times["explain"] = time.perf_counter() - t0
         note = "" if minimal else "not proven minimal: shrinking stopped at its time limit"
         self._result = _replace(
@@ -220,8 +294,8 @@ class Verifier:
         """Prove the declared intents one by one. Intents of one policy shape share a proof;
         each shape not proven yet gets its share of the time left."""
         self.verdict()
-        prover = IntentProver(self.plan, self.state, memory_mb=self.memory_mb)
-        pending = [i for i, x in enumerate(self.plan.intents) if not x.preferred]
+        prover = IntentProver(self._decided, self.state, memory_mb=self.memory_mb)
+        pending = [i for i, x in enumerate(self._decided.intents) if not x.preferred]
         t0 = time.perf_counter()
         shapes: dict[int, Any] = {}
         for i in pending:  # sub-plans and their shapes cost time too: only while there is some
@@ -233,7 +307,7 @@ class Verifier:
             left = self.deadline - time.monotonic()
             if left <= 0 or index not in shapes:
                 r = IntentResult(
-                    self.plan.intents[index],
+                    self._decided.intents[index],
                     IntentStatus.UNKNOWN,
                     detail="timed out: no time was left for this proof (raise --timeout)",
                 )
@@ -262,7 +336,7 @@ class Verifier:
             "method": method,
             "nodes": len(p.node_ids),
             "node_types": len(p.types),
-            "replicas": sum(n for _, n, _ in plan_facts(self.plan).class_units()),
+            "replicas": sum(n for _, n, _ in plan_facts(self._decided).class_units()),
             "items": len(p.items),
             "seconds": {k: round(v, 4) for k, v in times.items()},
         }

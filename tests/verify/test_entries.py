@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from escher.core.errors import PlanFormatError
 from escher.core.plan import Plan, PlannedTask, Separated
@@ -196,3 +198,22 @@ def test_json_output_of_awkward_task_names_is_the_same_document() -> None:
     assert json.loads(text) == data
     lines = text.splitlines()
     assert len(lines) == len(names) + 6  # {, stats, status, "witness": {, tasks..., }, }
+
+
+_NAME = st.text(alphabet='ab0-_.:/ ,"[]\\\x00é', min_size=1, max_size=6)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.dictionaries(_NAME, st.lists(_NAME, min_size=1, max_size=3), min_size=1, max_size=6))
+def test_json_output_has_one_line_per_task_whatever_the_names(
+    witness: dict[str, list[str]],
+) -> None:
+    data = {"status": "feasible", "witness": witness, "stats": {}}
+    text = json_text(data)
+    assert json.loads(text) == data
+    lines = text.splitlines()
+    assert len(lines) == len(witness) + 6
+    tasks = lines[lines.index('  "witness": {') + 1 : -2]
+    assert [json.loads("{" + line.rstrip(",") + "}") for line in tasks] == [
+        {name: witness[name]} for name in sorted(witness)
+    ]
