@@ -17,11 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-
-try:  # the `verify` extra
-    import orjson as _orjson
-except ImportError:  # pragma: no cover - without the extra
-    _orjson = None  # type: ignore[assignment]
 from rich.console import Console
 from rich.table import Table
 
@@ -38,6 +33,11 @@ from escher.verify._result import (
     VerificationResult,
 )
 from escher.verify._verify import DEFAULT_TIMEOUT, EXPLAIN_SHARE, Verifier
+
+try:  # the `verify` extra
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - without the extra
+    _orjson = None  # type: ignore[assignment]
 
 _COLOR = {Verdict.FEASIBLE: "green", Verdict.INFEASIBLE: "red", Verdict.UNKNOWN: "yellow"}
 _ICOLOR = {

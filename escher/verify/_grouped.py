@@ -49,6 +49,8 @@ class Grouping:
     def deal(self, witness: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
         """`witness` of `plan` as one of the written plan: each group's nodes (in order)
         dealt to its entries in order."""
+        if not self.members:
+            return dict(witness)  # type: ignore[arg-type]
         out: dict[str, list[str]] = {}
         for task, nodes in witness.items():
             group = self.members.get(task)
