@@ -14,7 +14,7 @@ from typing import Any
 
 from escher.backends.base import GarbageReport
 from escher.backends.ray._gate import forget_session
-from escher.backends.ray._state import ray_up, read_raw, wait_for
+from escher.backends.ray._state import is_ray_internal, ray_up, read_raw, wait_for
 from escher.backends.ray._store import EphemeralStore
 
 #: A lease unknown to the control actor counts as expired once the actor has run this long
@@ -114,7 +114,7 @@ def _existing(store: EphemeralStore, prefix: str, info: dict[str, Any]) -> set[t
             (node, name[cut:])
             for node, totals in raw.total.items()
             for name, total in totals.items()
-            if name.startswith(prefix) and total > 0
+            if name.startswith(prefix) and not is_ray_internal(name) and total > 0
         }
     return {
         (node, label)

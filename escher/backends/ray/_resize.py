@@ -28,7 +28,9 @@ from typing import Any
 from escher.backends.ray._entry import Entry
 from escher.backends.ray._shrink import SHRINK_LEASE
 from escher.backends.ray._state import (
+    PROBE_PREFIX,
     RawView,
+    is_ray_internal,
     keep_running,
     ray_up,
     resize_call,
@@ -50,7 +52,7 @@ WRITE_POOL = 8
 HINT_SECONDS = 1.0
 
 
-def probe_resize(prefix: str) -> str | None:
+def probe_resize() -> str | None:
     """Feature-detect the resize call: None if it creates and deletes a custom resource on a
     live node as escher needs, else why not."""
     import ray._private.state as ray_state
@@ -64,7 +66,7 @@ def probe_resize(prefix: str) -> str | None:
     nodes = [head] if head else sorted(ray_state.total_resources_per_node())  # type: ignore[no-untyped-call]
     if not nodes:
         return "no alive node to probe the resize call on"
-    name = f"{prefix}probe-{uuid.uuid4().hex[:8]}"
+    name = f"{PROBE_PREFIX}{uuid.uuid4().hex[:8]}"  # never shown as a label (`is_ray_internal`)
     try:
         created = call(nodes[0], {name: 1.5})
         deleted = call(nodes[0], {name: 0})
@@ -309,7 +311,11 @@ class ResizeStore(EphemeralStore):
         pending: Mapping[tuple[str, str], float],
     ) -> tuple[dict[str, float], dict[str, float]]:
         prefix, cut = self._prefix, len(self._prefix)
-        gcs = {k: float(v) for k, v in totals.items() if k.startswith(prefix)}
+        gcs = {
+            k: float(v)
+            for k, v in totals.items()
+            if k.startswith(prefix) and not is_ray_internal(k)
+        }
         current = {**gcs, **(overlay or {})}
         eph_total: dict[str, float] = {}
         eph_avail: dict[str, float] = {}

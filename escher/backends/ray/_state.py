@@ -71,9 +71,15 @@ def resize_call() -> ResizeCall | None:
     return method if callable(method) else None
 
 
+#: Start of the name of the resource escher's resize probe creates and deletes at once
+#: (`escher.backends.ray._resize.probe_resize`); Ray's view may still list it for a moment.
+PROBE_PREFIX = "__escher_probe_"
+
+
 def is_ray_internal(name: str) -> bool:
-    """True for per-node marker resources (node:<ip>, node:__internal_head__)."""
-    return name.startswith("node:")
+    """True for per-node marker resources (node:<ip>, node:__internal_head__) and escher's
+    resize probe: never part of a node's resources."""
+    return name.startswith(("node:", PROBE_PREFIX))
 
 
 def is_node_defined(name: str) -> bool:

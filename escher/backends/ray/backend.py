@@ -109,7 +109,7 @@ class RayBackend(Backend):
         config = WorkerConfig(
             namespace=namespace,
             prefix=prefix,
-            mode=self._resolve_mode(mode, prefix),
+            mode=self._resolve_mode(mode),
             control_name=f"escher-control-{prefix}",
             share_writes=share_writes,
             session_id=self.session_id,
@@ -129,12 +129,12 @@ class RayBackend(Backend):
         return backend
 
     @staticmethod
-    def _resolve_mode(mode: str, prefix: str) -> str:
+    def _resolve_mode(mode: str) -> str:
         import ray
 
         if mode == "ledger":
             return mode
-        why_not = probe_resize(prefix)
+        why_not = probe_resize()
         if mode == "auto":
             return "resize" if why_not is None else "ledger"
         if why_not is not None:

@@ -132,6 +132,26 @@ def test_prefix_isolates_escher_resources_in_ray(resize: Any) -> None:
     resize.set_resource(label, 0, node)
 
 
+def test_the_resize_probe_never_shows_in_the_cluster_state(resize: Any) -> None:
+    """Ray's view may list the probe's resource a moment after the probe deleted it."""
+    import ray._private.state as ray_state
+
+    from escher.backends.ray._resize import resize_call
+    from escher.backends.ray._state import PROBE_PREFIX
+
+    call, node = resize_call(), workers(resize)[0]
+    assert call is not None
+    name = PROBE_PREFIX + "lingering"
+    call(node, {name: 1.5})  # as a view read between the probe's create and delete sees it
+    try:
+        assert wait_until(lambda: name in ray_state.total_resources_per_node()[node], timeout=10)
+        state = resize.get_cluster_state().node(node)
+        assert not any("probe" in key for key in state.total), state.total
+        assert not any("probe" in key for key in state.available), state.available
+    finally:
+        call(node, {name: 0})
+
+
 def test_application_resources_are_node_defined(backend: Any) -> None:
     node = ssd_node(backend)
     with pytest.raises(ReservedResourceError):
