@@ -10,8 +10,7 @@ Quick start::
         print(escher.get(ref))  # n2
 """
 
-from importlib import metadata as _metadata
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from escher._api import (
     RemoteFunction,
@@ -55,10 +54,20 @@ if TYPE_CHECKING:  # pragma: no cover
     from escher.backends.base import Backend
     from escher.explain import WhyResult
 
-try:  # one source: the version in pyproject.toml, as installed
-    __version__ = _metadata.version(DISTRIBUTION)
-except _metadata.PackageNotFoundError:  # pragma: no cover - run from a tree never installed
-    __version__ = "0+unknown"
+
+def __getattr__(name: str) -> Any:
+    """`__version__`, read once from the installed package's metadata when first asked
+    (importlib.metadata takes 15 ms to import: not on every start)."""
+    if name != "__version__":
+        raise AttributeError(f"module 'escher' has no attribute {name!r}")
+    from importlib import metadata
+
+    try:  # one source: the version in pyproject.toml, as installed
+        version = metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:  # pragma: no cover - a tree never installed
+        version = "0+unknown"
+    globals()["__version__"] = version
+    return version
 
 
 def why(handle: "TaskRef", *, backend: "Backend | None" = None) -> "WhyResult":

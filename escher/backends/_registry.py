@@ -11,7 +11,6 @@ import importlib
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib.metadata import entry_points
 from typing import Any
 
 from escher.backends._options import check_options
@@ -86,6 +85,8 @@ def _discover() -> None:
         if _discovered:
             return
         _discovered = True
+        from importlib.metadata import entry_points  # 15 ms: only when a name is looked up
+
         for ep in entry_points(group=ENTRY_POINT_GROUP):
             _entries.setdefault(ep.name, BackendEntry(ep.name, ep.value))
 

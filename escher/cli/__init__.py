@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import click
 
-from escher import __version__
 from escher.backends._registry import DISTRIBUTION
 from escher.cli._group import CommandEntry, EscherGroup
 
@@ -35,7 +34,7 @@ COMMANDS: dict[str, CommandEntry] = {
 @click.group(
     cls=EscherGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]}
 )
-@click.version_option(__version__, prog_name=f"escher ({DISTRIBUTION})")
+@click.version_option(package_name=DISTRIBUTION, prog_name=f"escher ({DISTRIBUTION})")
 def main() -> None:
     """escher: expressive cluster scheduling with ephemeral resources.
 

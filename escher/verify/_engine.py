@@ -19,7 +19,6 @@ from typing import TypeVar
 
 from escher.core.cluster import ClusterState
 from escher.core.plan import Plan
-from escher.verify import _arcflow, _smt
 from escher.verify._bounds import precheck
 from escher.verify._greedy import STRATEGIES, check, greedy
 from escher.verify._model import build
@@ -114,6 +113,8 @@ def _greedy_stage(run: _Run) -> Decision | None:
 
 def _arcflow_stage(run: _Run) -> Decision | None:
     """The arc-flow model (HiGHS): exact for one dimension, else each dimension alone."""
+    from escher.verify import _arcflow  # imported when first needed (SciPy), as are Z3's
+
     if not _arcflow.available() or not applicable(run.p):
         return None
     status, placement = run.timed("arcflow", lambda: _arcflow.solve(run.p, run.deadline))
@@ -134,6 +135,8 @@ def _arcflow_stage(run: _Run) -> Decision | None:
 
 
 def _relaxed_stage(run: _Run) -> Decision | None:
+    from escher.verify import _smt
+
     status, data = run.timed("z3_relaxed", lambda: _smt.relaxed(run.p, run.deadline, run.memory_mb))
     if status == "unsat":
         return run.infeasible(frozenset(data), "z3 (per node type)", _core_cause(run.p, data))
@@ -210,6 +213,8 @@ def _all_statements(p: Problem) -> frozenset[str]:
 
 
 def _exact_stage(run: _Run) -> Decision | None:
+    from escher.verify import _smt
+
     status, data = run.timed("z3_exact", lambda: _smt.exact(run.p, run.deadline, run.memory_mb))
     if status == "unsat":
         return run.infeasible(frozenset(data), "z3 (per node)", _core_cause(run.p, data))
