@@ -108,8 +108,19 @@ def cap_statement_nodes(plan: Plan, state: ClusterState) -> dict[str, list[str]]
     return out
 
 
+def assert_minimal_conflict(plan: Plan, state: ClusterState, core: frozenset[str]) -> None:
+    """`core` (statement ids of `plan`) is infeasible alone, and feasible without any one."""
+    types = cap_statement_nodes(plan, state)
+    sub, sub_state = sub_instance(plan, state, core, types)
+    assert not feasible(sub, sub_state), "the explanation alone must be infeasible"
+    for sid in core:
+        sub, sub_state = sub_instance(plan, state, core - {sid}, types)
+        assert feasible(sub, sub_state), f"not minimal: dropping {sid} stays infeasible"
+
+
 __all__ = [
     "Resources",
+    "assert_minimal_conflict",
     "cap_statement_nodes",
     "feasible",
     "intent_outcome",

@@ -18,7 +18,13 @@ from escher.core.plan import (
     SpreadEvenly,
 )
 from escher.verify import IntentStatus, Verdict, check_placement, intent_subplan, verify
-from tests.verify._oracle import cap_statement_nodes, feasible, intent_outcome, sub_instance
+from tests.verify._oracle import (
+    assert_minimal_conflict,
+    cap_statement_nodes,
+    feasible,
+    intent_outcome,
+    sub_instance,
+)
 
 NODE_SHAPES = [{"CPU": 2}, {"CPU": 4}, {"CPU": 2, "GPU": 1}, {"CPU": 4, "GPU": 2}, {"CPU": 1}]
 
@@ -138,13 +144,7 @@ def test_verdict_agrees_with_enumeration(inst: tuple[Plan, ClusterState]) -> Non
         assert check_placement(plan, state, result.witness) == []
     else:
         assert result.explanation is not None and result.explanation.minimal
-        core = result.explanation.ids
-        types = cap_statement_nodes(plan, state)
-        sub, sub_state = sub_instance(plan, state, core, types)
-        assert not feasible(sub, sub_state), "the explanation alone must be infeasible"
-        for sid in core:
-            sub, sub_state = sub_instance(plan, state, core - {sid}, types)
-            assert feasible(sub, sub_state), f"not minimal: dropping {sid} stays infeasible"
+        assert_minimal_conflict(plan, state, result.explanation.ids)
 
 
 @settings(
