@@ -263,24 +263,17 @@ class Verifier:
         left = max(0.0, self.deadline - time.monotonic())
         cap = max(EXPLAIN_MIN, EXPLAIN_FACTOR * self._times.get("verdict", 0.0))
         until = time.monotonic() + (min(left * share, cap) if capped else left * share)
-        if self._grouping.members:  # shrunk as groups, then to the fewest entries of each
-            grouped, minimal = minimise(
-                self._decided,
-                self.state,
-                self._decision.core,
-                deadline=until,
-                memory_mb=self.memory_mb,
-            )
-            spent = time.perf_counter() - t0 + self._times.get("verdict", 0.0)
-            last = min(until, time.monotonic() + max(ENTRIES_MIN, ENTRIES_SHARE * spent))
-            core, finished = self._grouping.fewest_entries(
-                self.state, grouped, deadline=last, memory_mb=self.memory_mb
-            )
-            minimal = minimal and finished
-        else:
-            core, minimal = minimise(
-                self.plan, self.state, self._core(), deadline=until, memory_mb=self.memory_mb
-            )
+        # Shrunk in the terms decided, then (a plan file read in groups) to the fewest
+        # entries of each group, which costs at most max(ENTRIES_MIN, ENTRIES_SHARE x spent).
+        decided, minimal = minimise(
+            self._decided, self.state, self._decision.core, deadline=until, memory_mb=self.memory_mb
+        )
+        spent = time.perf_counter() - t0 + self._times.get("verdict", 0.0)
+        last = min(until, time.monotonic() + max(ENTRIES_MIN, ENTRIES_SHARE * spent))
+        core, finished = self._grouping.fewest_entries(
+            self.state, decided, deadline=last, memory_mb=self.memory_mb
+        )
+        minimal = minimal and finished
         self._times["explain"] = time.perf_counter() - t0
         note = "" if minimal else "not proven minimal: shrinking stopped at its time limit"
         self._result = _replace(
