@@ -62,6 +62,102 @@ def keyed(key: str) -> tuple[str, int]:
 
 
 @ray.remote
+def key_only(key: str) -> int:
+    return 1
+
+
+LOCAL_DIR = "/dev/shm/escher-layers"
+
+
+@ray.remote
+def local_claimed(key: str) -> tuple[str, int]:
+    node = ray.get_runtime_context().get_node_id()
+    os.makedirs(f"{LOCAL_DIR}/{node}", exist_ok=True)
+    fd = os.open(f"{LOCAL_DIR}/{node}/{key}", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    os.close(fd)
+    return node, 1
+
+
+_node = ""
+_made: set[str] = set()
+_flusher: list[threading.Thread] = []
+
+
+def _cached_node() -> str:
+    global _node
+    if not _node:
+        _node = ray.get_runtime_context().get_node_id()
+    return _node
+
+
+def _local_claim(key: str) -> str:
+    node = _cached_node()
+    folder = f"{LOCAL_DIR}/{node}"
+    if folder not in _made:
+        os.makedirs(folder, exist_ok=True)
+        _made.add(folder)
+    os.close(os.open(f"{folder}/{key}", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    return node
+
+
+_cond: list[threading.Condition] = []  # made in the worker (a lock does not pickle)
+_current: list[str] = []  # the key of the body running in this worker, if any
+
+
+def _report_loop() -> None:
+    """Report a start to the control store only for a body still running after 20 ms."""
+    from ray.experimental import internal_kv
+
+    client = internal_kv.global_gcs_client
+    _running = _cond[0]
+    while True:
+        with _running:
+            while not _current:
+                _running.wait()
+            key = _current[0]
+            _running.wait(0.02)
+            still = bool(_current) and _current[0] == key
+        if still:
+            client.internal_kv_put(
+                f"{PREFIX}started:{key}".encode(), b"n", True, b"escher-layers", timeout=WAIT
+            )
+            with _running:
+                while _current and _current[0] == key:
+                    _running.wait()
+
+
+@ray.remote
+def cached_keyed(key: str) -> tuple[str, int]:
+    return _cached_node(), 1
+
+
+@ray.remote
+def local_claimed_cached(key: str) -> tuple[str, int]:
+    return _local_claim(key), 1
+
+
+@ray.remote
+def local_claimed_reported(key: str) -> tuple[str, int]:
+    node = _local_claim(key)
+    if not _cond:
+        _cond.append(threading.Condition())
+    _running = _cond[0]
+    if not _flusher:
+        thread = threading.Thread(target=_report_loop, daemon=True)
+        _flusher.append(thread)
+        thread.start()
+    with _running:
+        _current.append(key)
+        _running.notify()
+    try:
+        return node, 1
+    finally:
+        with _running:
+            _current.clear()
+            _running.notify()
+
+
+@ray.remote
 def claimed(key: str) -> tuple[str, int]:
     node = ray.get_runtime_context().get_node_id()
     if not claim(PREFIX, key, node, WAIT):
@@ -86,6 +182,25 @@ def settle_by_callback(refs: list[Any]) -> None:
         raise TimeoutError("tasks did not finish")
 
 
+def settle_by_wait(refs: list[Any]) -> None:
+    """Wait for every ref through one thread that waits on them in batches."""
+    done = threading.Event()
+
+    def drain() -> None:
+        pending = list(refs)
+        while pending:
+            ready, pending = ray.wait(
+                pending, num_returns=len(pending), timeout=0.005, fetch_local=False
+            )
+            if ready:
+                ray.get(ready)
+        done.set()
+
+    threading.Thread(target=drain, daemon=True).start()
+    if not done.wait(WAIT):
+        raise TimeoutError("tasks did not finish")
+
+
 def layers(backend: RayBackend, n: int) -> dict[str, Callable[[], None]]:
     """One callable per layer; each runs `n` tasks to their end."""
     serial = iter(range(10**9))
@@ -100,6 +215,21 @@ def layers(backend: RayBackend, n: int) -> dict[str, Callable[[], None]]:
         ),
         "B + key argument, node in result": lambda: ray.get(
             [keyed.options(num_cpus=0.5).remote(k) for k in keys()], timeout=WAIT
+        ),
+        "B0 + key argument only": lambda: ray.get(
+            [key_only.options(num_cpus=0.5).remote(k) for k in keys()], timeout=WAIT
+        ),
+        "C3 B1 + batched waits": lambda: settle_by_wait(
+            [cached_keyed.options(num_cpus=0.5).remote(k) for k in keys()]
+        ),
+        "B1 + key argument, cached node": lambda: ray.get(
+            [cached_keyed.options(num_cpus=0.5).remote(k) for k in keys()], timeout=WAIT
+        ),
+        "F0 cached node, local claim, batched": lambda: settle_by_wait(
+            [local_claimed_cached.options(num_cpus=0.5).remote(k) for k in keys()]
+        ),
+        "F1 F0 + lazy start reports (20 ms)": lambda: settle_by_wait(
+            [local_claimed_reported.options(num_cpus=0.5).remote(k) for k in keys()]
         ),
         "C + completion callback": lambda: settle_by_callback(
             [keyed.options(num_cpus=0.5).remote(k) for k in keys()]
