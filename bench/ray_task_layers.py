@@ -1,15 +1,26 @@
 """Where an escher task's time goes on Ray: raw Ray with escher's per-task protocol added one
 layer at a time, against escher itself, same run, on `ray_backend.py`'s local cluster.
 
-  A  raw Ray, a no-op task without arguments (the baseline)
-  B  + the attempt's key as the one argument, and (node, value) as the result
-  C  + a completion callback per task, settled on a thread of its own
-  D  + the start-gate claim: one add-if-absent in Ray's control store before the body
-  E  escher, plain tasks ({CPU: 0.5}, as all the others)
+  A   raw Ray, a no-op task without arguments (the baseline)
+  B0  + the attempt's key as the one argument
+  B   + (node, value) as the result, the node looked up in every task
+  B1  B with the node looked up once per worker process (as escher's runner does)
+  C   B1 + a completion callback per task, settled on a thread of its own
+  C1  B1 + batched waits (one thread, `ray.wait` over the outstanding refs) instead
+  D   C + the start-gate claim: one add-if-absent in Ray's control store before the body
+  F0  C1 + a node-local claim instead (an exclusive file create under /dev/shm)
+  F1  F0 + start reports in the control store only for bodies still running after 20 ms
+      (a thread per worker process, woken at each body's start and end)
+  G   F0 without the argument: the claim is keyed by Ray's own task id (which the driver
+      reads from the ObjectRef), so the task is sent no key
+  H   G + start reports from a thread per worker process that looks every 20 ms (only while
+      bodies run) and reports a body it sees running twice; a body costs two assignments
+  E   escher, plain tasks ({CPU: 0.5}, as all the others)
 
 B to D use escher's own pieces (`_completion.on_completed`, `_gate.claim`), so D is the
 protocol escher runs with none of escher's bookkeeping around it: E - D is escher's own
-overhead, D - C the price of the start gate.
+overhead, D - C the price of the start gate. F0 to H price the pieces of a start gate
+without a control-store round trip per task (its cancel side, rare, is not measured).
 
 Usage: python bench/ray_task_layers.py [--tasks N] [--rounds R]
 """
@@ -19,8 +30,10 @@ from __future__ import annotations
 import argparse
 import os
 import queue
+import shutil
 import statistics
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -45,6 +58,7 @@ from escher.core.task import TaskSpec
 
 WAIT = 120.0
 PREFIX = "escher-layers-"
+SHM = "/dev/shm"
 
 
 def noop() -> int:
@@ -57,37 +71,40 @@ def raw_noop() -> int:
 
 
 @ray.remote
-def keyed(key: str) -> tuple[str, int]:
-    return ray.get_runtime_context().get_node_id(), 1
-
-
-@ray.remote
 def key_only(key: str) -> int:
     return 1
 
 
-LOCAL_DIR = "/dev/shm/escher-layers"
-
-
 @ray.remote
-def local_claimed(key: str) -> tuple[str, int]:
-    node = ray.get_runtime_context().get_node_id()
-    os.makedirs(f"{LOCAL_DIR}/{node}", exist_ok=True)
-    fd = os.open(f"{LOCAL_DIR}/{node}/{key}", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-    os.close(fd)
-    return node, 1
+def keyed(key: str) -> tuple[str, int]:
+    return ray.get_runtime_context().get_node_id(), 1
 
 
-_node = ""
+# Worker-side state of the layers below (each worker process has its own copy).
+_node: list[str] = []
 _made: set[str] = set()
-_flusher: list[threading.Thread] = []
+_reporter: list[threading.Condition] = []  # made in the worker: a lock does not pickle
+_running: list[str] = []  # the key of the body running in this worker process, if any
+LOCAL_DIR = ""  # set by main() before the first task
 
 
 def _cached_node() -> str:
-    global _node
     if not _node:
-        _node = ray.get_runtime_context().get_node_id()
-    return _node
+        _node.append(ray.get_runtime_context().get_node_id())
+    return _node[0]
+
+
+@ray.remote
+def cached_keyed(key: str) -> tuple[str, int]:
+    return _cached_node(), 1
+
+
+@ray.remote
+def claimed(key: str) -> tuple[str, int]:
+    node = _cached_node()
+    if not claim(PREFIX, key, node, WAIT):
+        raise RuntimeError(f"{key} claimed twice")
+    return node, 1
 
 
 def _local_claim(key: str) -> str:
@@ -100,69 +117,100 @@ def _local_claim(key: str) -> str:
     return node
 
 
-_cond: list[threading.Condition] = []  # made in the worker (a lock does not pickle)
-_current: list[str] = []  # the key of the body running in this worker, if any
+@ray.remote
+def local_claimed(key: str) -> tuple[str, int]:
+    return _local_claim(key), 1
 
 
-def _report_loop() -> None:
+@ray.remote
+def task_id_claimed() -> tuple[str, int]:
+    return _local_claim(ray.get_runtime_context().get_task_id() or ""), 1
+
+
+_now: list[Any] = [None]  # (task id, node) of the body running in this worker process
+_poller: list[threading.Event] = []  # set to wake the parked poller (made in the worker)
+
+
+def _poll_loop(wake: threading.Event) -> None:
+    """Every 20 ms while bodies run: report a body seen running at two polls in a row."""
+    from ray.experimental import internal_kv
+
+    client = internal_kv.global_gcs_client
+    seen, reported, idle = None, None, 0
+    while True:
+        time.sleep(0.02)
+        now = _now[0]
+        if now is None:
+            idle += 1
+            if idle > 50:  # a second without a body: park until the next one starts
+                wake.clear()
+                if _now[0] is None:
+                    wake.wait()
+                idle = 0
+            seen = None
+            continue
+        idle = 0
+        if now is seen and now is not reported:
+            client.internal_kv_put(
+                f"{PREFIX}started:{now[0]}".encode(), b"n", True, b"escher-layers", timeout=WAIT
+            )
+            reported = now
+        seen = now
+
+
+@ray.remote
+def task_id_polled() -> tuple[str, int]:
+    task = ray.get_runtime_context().get_task_id() or ""
+    node = _local_claim(task)
+    if not _poller:
+        _poller.append(threading.Event())
+        threading.Thread(target=_poll_loop, args=(_poller[0],), daemon=True).start()
+    _now[0] = (task, node)
+    if not _poller[0].is_set():
+        _poller[0].set()
+    try:
+        return node, 1
+    finally:
+        _now[0] = None
+
+
+def _report_loop(cond: threading.Condition) -> None:
     """Report a start to the control store only for a body still running after 20 ms."""
     from ray.experimental import internal_kv
 
     client = internal_kv.global_gcs_client
-    _running = _cond[0]
     while True:
-        with _running:
-            while not _current:
-                _running.wait()
-            key = _current[0]
-            _running.wait(0.02)
-            still = bool(_current) and _current[0] == key
+        with cond:
+            while not _running:
+                cond.wait()
+            key = _running[0]
+            cond.wait(0.02)
+            still = bool(_running) and _running[0] == key
         if still:
             client.internal_kv_put(
                 f"{PREFIX}started:{key}".encode(), b"n", True, b"escher-layers", timeout=WAIT
             )
-            with _running:
-                while _current and _current[0] == key:
-                    _running.wait()
-
-
-@ray.remote
-def cached_keyed(key: str) -> tuple[str, int]:
-    return _cached_node(), 1
-
-
-@ray.remote
-def local_claimed_cached(key: str) -> tuple[str, int]:
-    return _local_claim(key), 1
+            with cond:
+                while _running and _running[0] == key:
+                    cond.wait()
 
 
 @ray.remote
 def local_claimed_reported(key: str) -> tuple[str, int]:
     node = _local_claim(key)
-    if not _cond:
-        _cond.append(threading.Condition())
-    _running = _cond[0]
-    if not _flusher:
-        thread = threading.Thread(target=_report_loop, daemon=True)
-        _flusher.append(thread)
-        thread.start()
-    with _running:
-        _current.append(key)
-        _running.notify()
+    if not _reporter:
+        _reporter.append(threading.Condition())
+        threading.Thread(target=_report_loop, args=(_reporter[0],), daemon=True).start()
+    cond = _reporter[0]
+    with cond:
+        _running.append(key)
+        cond.notify()
     try:
         return node, 1
     finally:
-        with _running:
-            _current.clear()
-            _running.notify()
-
-
-@ray.remote
-def claimed(key: str) -> tuple[str, int]:
-    node = ray.get_runtime_context().get_node_id()
-    if not claim(PREFIX, key, node, WAIT):
-        raise RuntimeError(f"{key} claimed twice")
-    return node, 1
+        with cond:
+            _running.clear()
+            cond.notify()
 
 
 def settle_by_callback(refs: list[Any]) -> None:
@@ -201,7 +249,7 @@ def settle_by_wait(refs: list[Any]) -> None:
         raise TimeoutError("tasks did not finish")
 
 
-def layers(backend: RayBackend, n: int) -> dict[str, Callable[[], None]]:
+def layers(backend: RayBackend, n: int) -> dict[str, Callable[[], object]]:
     """One callable per layer; each runs `n` tasks to their end."""
     serial = iter(range(10**9))
 
@@ -209,35 +257,28 @@ def layers(backend: RayBackend, n: int) -> dict[str, Callable[[], None]]:
         run = next(serial)
         return [f"layers:{run}:{i}.0" for i in range(n)]
 
+    def submit(fn: Any) -> list[Any]:
+        return [fn.options(num_cpus=0.5).remote(k) for k in keys()]
+
     return {
-        "A raw Ray": lambda: ray.get(
+        "A   raw Ray": lambda: ray.get(
             [raw_noop.options(num_cpus=0.5).remote() for _ in range(n)], timeout=WAIT
         ),
-        "B + key argument, node in result": lambda: ray.get(
-            [keyed.options(num_cpus=0.5).remote(k) for k in keys()], timeout=WAIT
+        "B0  + key argument": lambda: ray.get(submit(key_only), timeout=WAIT),
+        "B   + node in result, looked up": lambda: ray.get(submit(keyed), timeout=WAIT),
+        "B1  + node in result, cached": lambda: ray.get(submit(cached_keyed), timeout=WAIT),
+        "C   B1 + callback per task": lambda: settle_by_callback(submit(cached_keyed)),
+        "C1  B1 + batched waits": lambda: settle_by_wait(submit(cached_keyed)),
+        "D   C + control-store claim": lambda: settle_by_callback(submit(claimed)),
+        "F0  C1 + node-local claim": lambda: settle_by_wait(submit(local_claimed)),
+        "F1  F0 + lazy start reports": lambda: settle_by_wait(submit(local_claimed_reported)),
+        "G   F0 keyed by Ray's task id, no argument": lambda: settle_by_wait(
+            [task_id_claimed.options(num_cpus=0.5).remote() for _ in range(n)]
         ),
-        "B0 + key argument only": lambda: ray.get(
-            [key_only.options(num_cpus=0.5).remote(k) for k in keys()], timeout=WAIT
+        "H   G + polled start reports": lambda: settle_by_wait(
+            [task_id_polled.options(num_cpus=0.5).remote() for _ in range(n)]
         ),
-        "C3 B1 + batched waits": lambda: settle_by_wait(
-            [cached_keyed.options(num_cpus=0.5).remote(k) for k in keys()]
-        ),
-        "B1 + key argument, cached node": lambda: ray.get(
-            [cached_keyed.options(num_cpus=0.5).remote(k) for k in keys()], timeout=WAIT
-        ),
-        "F0 cached node, local claim, batched": lambda: settle_by_wait(
-            [local_claimed_cached.options(num_cpus=0.5).remote(k) for k in keys()]
-        ),
-        "F1 F0 + lazy start reports (20 ms)": lambda: settle_by_wait(
-            [local_claimed_reported.options(num_cpus=0.5).remote(k) for k in keys()]
-        ),
-        "C + completion callback": lambda: settle_by_callback(
-            [keyed.options(num_cpus=0.5).remote(k) for k in keys()]
-        ),
-        "D + start-gate claim": lambda: settle_by_callback(
-            [claimed.options(num_cpus=0.5).remote(k) for k in keys()]
-        ),
-        "E escher, plain": lambda: escher.get(
+        "E   escher, plain": lambda: escher.get(
             [backend.launch(TaskSpec(noop, resources=Resources({"CPU": 0.5}))) for _ in range(n)],
             timeout=WAIT,
         ),
@@ -249,6 +290,8 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=600, help="tasks per round")
     parser.add_argument("--rounds", type=int, default=5, help="rounds (the first warms up)")
     args = parser.parse_args()
+    global LOCAL_DIR
+    LOCAL_DIR = tempfile.mkdtemp(prefix="escher-layers-", dir=SHM if os.path.isdir(SHM) else None)
     cluster = start()
     backend = RayBackend(address=cluster.address)
     escher.init(backend)
@@ -260,15 +303,16 @@ def main() -> None:
                 t = time.perf_counter()
                 run()
                 rates[name].append(args.tasks / (time.perf_counter() - t))
-        base = statistics.median(rates["A raw Ray"][1:])
+        base = statistics.median(rates["A   raw Ray"][1:])
         print(f"Ray {ray.__version__}, {args.tasks} tasks a round, median of {args.rounds - 1}")
         for name, values in rates.items():
             rate = statistics.median(values[1:])
-            print(f"  {name:36s} {rate:7.1f} tasks/s  {rate / base:.2f}x")
+            print(f"  {name:44s} {rate:7.1f} tasks/s  {rate / base:.2f}x")
     finally:
         escher.shutdown()
         ray.shutdown()
         cluster.shutdown()
+        shutil.rmtree(LOCAL_DIR, ignore_errors=True)
 
 
 if __name__ == "__main__":
