@@ -37,7 +37,16 @@ from escher.core.errors import PlanFormatError, ValidationError
 if TYPE_CHECKING:
     import jsonschema
 
-__all__ = ["load_json", "parse_json", "paused_gc", "place", "schema", "validate_document"]
+__all__ = [
+    "load_json",
+    "parse_bytes",
+    "parse_json",
+    "paused_gc",
+    "place",
+    "read_bytes",
+    "schema",
+    "validate_document",
+]
 
 _KINDS = ("plan", "cluster")
 
@@ -382,10 +391,27 @@ def load_json(path: str | Path, what: str) -> Any:
     Raises:
         PlanFormatError: unreadable, not UTF-8, or not JSON, naming the file and the place.
     """
+    return parse_bytes(read_bytes(path, what), path)
+
+
+def read_bytes(path: str | Path, what: str) -> bytes:
+    """The bytes of a file of kind `what` (for messages: ``"plan"``, ``"cluster"``).
+
+    Raises:
+        PlanFormatError: unreadable, naming the file.
+    """
     try:
-        raw = Path(path).read_bytes()
+        return Path(path).read_bytes()
     except OSError as exc:
         raise PlanFormatError(f"{path}: cannot read {what} file: {exc.strerror}.") from None
+
+
+def parse_bytes(raw: bytes, path: str | Path) -> Any:
+    """The contents `raw` of file `path` parsed, as `load_json` does.
+
+    Raises:
+        PlanFormatError: not UTF-8, or not JSON, naming the file and the place.
+    """
     data = _fast_parse(raw)
     if data is not None:
         return data

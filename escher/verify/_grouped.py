@@ -19,9 +19,15 @@ from typing import Any
 
 from escher.core.cluster import ClusterState
 from escher.core.errors import PlanFormatError
-from escher.core.formats import load_json, paused_gc, validate_document
-from escher.core.plan import Plan
+from escher.core.formats import parse_bytes, paused_gc, read_bytes, validate_document
+from escher.core.plan import Plan, PlannedTask
 from escher.verify._engine import decide
+from escher.verify._statement import Statement, task_statement
+from escher.verify._tasklist import TaskList, Unread, read_tasks
+
+#: Files of this many bytes or more are read without building each task entry first
+#: (`_tasklist`); a smaller one is read whole, at less than importing that reader costs.
+UNBUILT_FROM = 1 << 18
 
 #: Group task name -> the names of the entries it stands for (in file order) and the
 #: replicas of each (entries of a group are alike but for name and source).
@@ -40,11 +46,37 @@ class Grouping:
     plan: Plan
     members: Members
     _written: Callable[[], Plan] = field(repr=False)
+    #: Entry name -> its source as written ("" for none), built when called.
+    _sources: Callable[[], Mapping[str, str]] = field(default=dict, repr=False)
 
     @functools.cached_property
     def written(self) -> Plan:
         """The plan as written (built on first use)."""
         return self._written()
+
+    def statement(self, sid: str) -> Statement | None:
+        """The statement of entry `sid` (``task:<name>``) of a group, as the plan as written
+        has it; None for any other statement."""
+        at = self._in_groups.get(sid[5:]) if sid.startswith("task:") else None
+        if at is None:
+            return None
+        task, each = at
+        name = sid[5:]
+        source = self._source_by_name.get(name) or f"task {name!r}"
+        return task_statement(replace(task, name=name, count=each, source=source))
+
+    @functools.cached_property
+    def _in_groups(self) -> dict[str, tuple[PlannedTask, int]]:
+        """Entry name -> its group's task and the entry's replicas, for entries in groups."""
+        tasks = {t.name: t for t in self.plan.tasks if t.name in self.members}
+        out: dict[str, tuple[PlannedTask, int]] = {}
+        for group, (names, each) in self.members.items():
+            out.update(dict.fromkeys(names, (tasks[group], each)))
+        return out
+
+    @functools.cached_property
+    def _source_by_name(self) -> Mapping[str, str]:
+        return self._sources()
 
     def deal(self, witness: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
         """`witness` of `plan` as one of the written plan: each group's nodes (in order)
@@ -159,34 +191,80 @@ def load_grouped(path: str | Path) -> Grouping:
             same error `Plan.load` raises).
     """
     source = str(path)
-    data = load_json(path, "plan")
+    raw = read_bytes(path, "plan")
     with paused_gc():
-        shapes = validate_document(data, "plan", source=source)
-        assert shapes is not None  # a valid plan has a list of tasks
-
-        def written() -> Plan:
-            return Plan.from_dict(data, source=source)
-
-        reduced, members = _reduce(data, shapes)
-        if not members:
-            plan = written()
-            return Grouping(plan, {}, lambda: plan)
-        try:
-            plan = Plan.from_dict(reduced, source=source)
-        except PlanFormatError:  # a duplicate name, too many replicas: say it as written
-            plan = written()
-            return Grouping(plan, {}, lambda: plan)
-        return Grouping(plan, members, written)
+        listed = read_tasks(raw) if len(raw) >= UNBUILT_FROM else None
+        grouping = None if listed is None else _from_task_list(listed, raw, source)
+        if grouping is not None:
+            return grouping
+        return _from_document(parse_bytes(raw, path), source)
 
 
-def _reduce(data: dict[str, Any], shapes: list[Hashable]) -> tuple[dict[str, Any], Members]:
-    """`data` with one entry per group, and the groups of two entries or more."""
+def _from_document(data: Any, source: str) -> Grouping:
+    """The grouping of a parsed plan document."""
+    shapes = validate_document(data, "plan", source=source)
+    assert shapes is not None  # a valid plan has a list of tasks
     entries: list[dict[str, Any]] = data["tasks"]
-    names: list[str] = list(map(operator.itemgetter("name"), entries))
-    if len(set(names)) != len(names):  # reported by Plan.from_dict, in document order
-        return data, {}
-    keys: list[Hashable] = shapes
-    named = {n for i in data.get("intents", ()) for n in i.get("tasks", ())}
+    names = list(map(operator.itemgetter("name"), entries))
+    grouped = _group(names, shapes, entries.__getitem__, _named(data) or set())
+    if grouped is not None:
+        try:
+            plan = Plan.from_dict({**data, "tasks": grouped[0]}, source=source)
+        except PlanFormatError:  # too many replicas for one task: say it as written
+            pass
+        else:
+
+            def written() -> Plan:
+                return Plan.from_dict(data, source=source)
+
+            def sources() -> dict[str, str]:
+                return {e["name"]: e.get("source", "") for e in entries}
+
+            return Grouping(plan, grouped[1], written, sources)
+    plan = Plan.from_dict(data, source=source)
+    return Grouping(plan, {}, lambda: plan)
+
+
+def _from_task_list(listed: TaskList, raw: bytes, source: str) -> Grouping | None:
+    """The grouping of a task list read unbuilt; None when it does not group, or when its
+    plan has a problem (the usual reading words it)."""
+    named = _named(listed.rest)
+    if named is None or not all(listed.names):
+        return None
+    try:
+        grouped = _group(listed.names, listed.keys, listed.entry, named)
+        if grouped is None:
+            return None
+        plan = Plan.from_dict({**listed.rest, "tasks": grouped[0]}, source=source)
+    except (PlanFormatError, Unread):
+        return None
+
+    def written() -> Plan:
+        return Plan.from_dict(parse_bytes(raw, source), source=source)
+
+    return Grouping(plan, grouped[1], written, listed.sources)
+
+
+def _named(data: dict[str, Any]) -> set[str] | None:
+    """The task names the document's intents name (None: intents not as a plan has them)."""
+    try:
+        return {n for i in data.get("intents", ()) for n in i.get("tasks", ()) if type(n) is str}
+    except (AttributeError, TypeError):
+        return None
+
+
+def _group(
+    names: list[str],
+    keys: Sequence[Hashable],
+    entry: Callable[[int], dict[str, Any]],
+    named: set[str],
+) -> tuple[list[dict[str, Any]], Members] | None:
+    """The task entries with one per group, and the groups of two entries or more; None when
+    no two entries group (or two have one name: reported by `Plan.from_dict`, in document
+    order). Entries group when their `keys` are equal, no intent names them and they create
+    nothing; `entry(i)` is entry `i`."""
+    if len(set(names)) != len(names):
+        return None
     if named:
         keys = [
             ("alone", i) if n in named else k
@@ -195,19 +273,19 @@ def _reduce(data: dict[str, Any], shapes: list[Hashable]) -> tuple[dict[str, Any
     groups: defaultdict[Hashable, list[int]] = defaultdict(list)
     for key, i in zip(keys, range(len(keys)), strict=True):
         groups[key].append(i)
-    if len(groups) == len(entries):
-        return data, {}
+    if len(groups) == len(names):
+        return None
     kept: list[dict[str, Any]] = []
     members: Members = {}
     for group in groups.values():
-        first = entries[group[0]]
+        first = entry(group[0])
         if len(group) == 1 or first.get("creates"):
-            kept.extend(entries[i] for i in group)
+            kept.extend(map(entry, group))
             continue
         count = first.get("count", 1)  # the shape has the count: one for all
         kept.append({**first, "count": count * len(group)})
         members[first["name"]] = ([names[i] for i in group], count)
-    return {**data, "tasks": kept}, members
+    return kept, members
 
 
 def _chunks(nodes: Sequence[str], size: int) -> Iterator[Sequence[str]]:

@@ -233,16 +233,10 @@ class Verifier:
 
     def _explanation(self, core: frozenset[str], minimal: bool, note: str) -> Explanation:
         assert self._decision is not None
-        statements = self._decision.problem.statements
-        if self._grouping.members:  # tasks as written (a group's task stands for several)
-            facts, statements = plan_facts(self.plan), dict(statements)
-            for sid in core:
-                written = facts.statement(sid) if sid.startswith("task:") else None
-                if written is not None:
-                    statements[sid] = written
-        stmts = tuple(
-            sorted((statements[s] for s in core), key=lambda s: (s.kind != "task", s.kind, s.id))
-        )
+        decided = self._decision.problem.statements
+        # An entry of a group is worded as written (its group's task stands for several).
+        words = [self._grouping.statement(sid) or decided[sid] for sid in core]
+        stmts = tuple(sorted(words, key=lambda s: (s.kind != "task", s.kind, s.id)))
         text = f"found by: {self._decision.method}"
         if note:
             text += f" ({note})"

@@ -16,6 +16,7 @@ from escher.core.errors import PlanFormatError
 from escher.core.plan import Plan
 from escher.verify import Verdict, VerificationResult, check_placement, verify
 from escher.verify._grouped import Grouping, load_grouped
+from escher.verify._statement import task_statement
 from escher.verify._verify import Verifier
 from tests.verify._oracle import assert_minimal_conflict, feasible
 from tests.verify.test_enumeration import instances
@@ -69,6 +70,7 @@ def test_grouped_verdicts_agree_with_enumeration_of_the_plan_as_written(
         return
     assert result.explanation is not None and result.explanation.minimal
     assert_minimal_conflict(written, state, result.explanation.ids)
+    _assert_worded_as_written(result, written)
     # The intents are answered as for the plan as written.
     alone = verify(written, state, timeout=30)
     assert [r.status for r in result.intents] == [r.status for r in alone.intents]
@@ -89,16 +91,29 @@ def test_entries_of_one_shape_are_decided_as_one_task(tmp_path: Path) -> None:
     assert result.witness == {**{f"t{i}": ["n0"] for i in range(9)}, "solo": ["n0"]}
 
 
+def _assert_worded_as_written(result: VerificationResult, written: Plan) -> None:
+    """Each task statement of the explanation is the one of the task as written."""
+    assert result.explanation is not None
+    as_written = {f"task:{t.name}": task_statement(t) for t in written.tasks}
+    for st in result.explanation.statements:
+        assert st.kind != "task" or st == as_written[st.id]
+
+
 def test_an_infeasible_grouped_plan_is_explained_by_its_entries(tmp_path: Path) -> None:
-    entries = [{"name": f"t{i}", "resources": {"CPU": 1}, "source": f"l{i}"} for i in range(5)]
+    entries = [{"name": f"t{i}", "resources": {"CPU": 1}, "source": f"l{i}"} for i in range(3)]
+    entries += [{"name": f"t{i}", "resources": {"CPU": 1}} for i in (3, 4)]  # no source
     path = tmp_path / "plan.json"
     path.write_text(json.dumps({"tasks": entries}))
     state = ClusterState.from_dict({"nodes": [{"id": "n0", "total": {"CPU": 4}}]})
-    result = _run(load_grouped(path), state)
+    grouped = load_grouped(path)
+    assert grouped.members  # decided in groups
+    result = _run(grouped, state)
     assert result.status is Verdict.INFEASIBLE and result.explanation is not None
     assert result.explanation.minimal
     tasks = {s.id for s in result.explanation.statements if s.kind == "task"}
     assert tasks == {f"task:t{i}" for i in range(5)}  # all five are needed, each by name
+    _assert_worded_as_written(result, Plan.load(path))
+    assert "written" not in vars(grouped)  # worded without building the plan as written
 
 
 def test_from_file_reads_groups_and_says_what_is_wrong_with_a_bad_file(tmp_path: Path) -> None:
