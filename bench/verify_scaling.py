@@ -322,7 +322,7 @@ def instances(quick: bool, seed: int) -> list[tuple[str, int, Any]]:
         for fam in "abcd":
             out.append((fam, n, lambda n=n, f=fam: family(n, f, seed)))
     for n in [100] if quick else [100, 1000]:
-        for fam in "ad":
+        for fam in "abd":
             out.append((f"{fam}-u", n, lambda n=n, f=fam: family(n, f, seed, grouped=False)))
     for n in [20, 50] if quick else [20, 50, 100, 167]:
         out.append(("t", n, lambda n=n: triplets(n, seed, False, True)))
