@@ -13,6 +13,7 @@ Both return ("sat", targets) | ("unsat", core statement ids) | ("unknown", reaso
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -105,6 +106,18 @@ class _Enc:
 
     def guard(self, cond: z3.BoolRef | None, fact: z3.BoolRef) -> None:
         self.s.add(fact if cond is None else z3.Implies(cond, fact))
+
+
+_contexts = threading.local()
+
+
+def _context() -> z3.Context:
+    """This thread's Z3 context (making one costs about 10 ms; every encoding of a run
+    shares it, and what an encoding made is freed with its last reference)."""
+    ctx: z3.Context | None = getattr(_contexts, "ctx", None)
+    if ctx is None:
+        ctx = _contexts.ctx = z3.Context()
+    return ctx
 
 
 def _solver(ctx: z3.Context, deadline: float, memory_mb: int | None) -> z3.Solver:
@@ -338,7 +351,8 @@ def _solve(e: _Enc) -> Outcome:
 def _encode(
     p: Problem, deadline: float, memory_mb: int | None, bins: list[_Bin], exact: bool
 ) -> Outcome:
-    ctx = z3.Context()
+    # Z3 reads its memory limit when a context is made: a run with one gets its own.
+    ctx = z3.Context() if memory_mb else _context()
     e = _Enc(
         p, _solver(ctx, deadline, memory_mb), _Lits(ctx), list(classes(p).values()), bins, exact
     )
