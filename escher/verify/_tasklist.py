@@ -81,7 +81,7 @@ def read_tasks(raw: bytes) -> TaskList | None:
         top = document.decode(raw)
         entries = task_list.decode(top.pop("tasks"))
         rest = {name: value.decode(text) for name, text in top.items()}
-    except (KeyError, *errors):
+    except (KeyError, ValueError, RecursionError, *errors):  # not UTF-8, nested too deeply
         return None
     get = operator.attrgetter
     names = list(map(get("name"), entries))
@@ -96,7 +96,7 @@ def read_tasks(raw: bytes) -> TaskList | None:
             try:
                 if text:
                     out[field] = value.decode(text)
-            except errors as exc:
+            except (ValueError, RecursionError, *errors) as exc:
                 raise Unread(f"tasks[{i}].{field}: {exc}") from None
         out.update((f, getattr(e, f)) for f in VALUES if getattr(e, f) is not unset)
         if e.source:

@@ -139,10 +139,23 @@ TEXTS = [
 ]
 
 
-@pytest.mark.parametrize("text", [json.dumps(d) for d in BAD] + TEXTS)
-def test_a_file_it_does_not_take_reads_as_usual(tmp_path: Path, text: str) -> None:
+DEEP = "[" * 5000 + "]" * 5000
+RAW = [
+    b'{"tasks": [{"name": "\xe9"}, {"name": "b"}]}',  # not UTF-8
+    b'\xef\xbb\xbf{"tasks": [{"name": "a"}, {"name": "b"}]}',  # a byte order mark
+    b'{"tasks": [{"name": "a"}, {"name": "b"}], "topologies": ' + DEEP.encode() + b"}",
+    b'{"tasks": [{"name": "a", "resources": ' + DEEP.encode() + b'}, {"name": "b"}]}',
+    b'{"tasks": [{"name": "a"}, {"name": "b"}]} x',
+]
+
+
+FILES = [json.dumps(d).encode() for d in BAD] + [t.encode() for t in TEXTS] + RAW
+
+
+@pytest.mark.parametrize("text", FILES)
+def test_a_file_it_does_not_take_reads_as_usual(tmp_path: Path, text: bytes) -> None:
     path = tmp_path / "plan.json"
-    path.write_text(text)
+    path.write_bytes(text)
     try:
         expected = Plan.load(path)
     except PlanFormatError as exc:
