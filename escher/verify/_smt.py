@@ -100,12 +100,48 @@ class _Enc:
     bins: list[_Bin]
     exact: bool
     x: list[list[z3.ArithRef]] = field(default_factory=list)
+    nums: dict[int, z3.ArithRef] = field(default_factory=dict)
+
+    @property
+    def ctx(self) -> z3.Context:
+        return self.s.ctx
+
+    @property
+    def ref(self) -> Any:
+        return self.s.ctx.ref()
 
     def rep(self, ci: int) -> Item:
         return self.p.items[self.cls[ci][0]]
 
     def guard(self, cond: z3.BoolRef | None, fact: z3.BoolRef) -> None:
-        self.s.add(fact if cond is None else z3.Implies(cond, fact))
+        """Assert `fact`, under `cond` when there is one (as ``Implies(cond, fact)``)."""
+        if cond is not None:
+            fact = z3.BoolRef(z3.Z3_mk_implies(self.ref, cond.as_ast(), fact.as_ast()), self.ctx)
+        z3.Z3_solver_assert(self.ref, self.s.solver, fact.as_ast())
+
+    def sum_le(self, terms: Sequence[tuple[int, int]], b: int, bound: int) -> z3.BoolRef:
+        """``sum(q * x[ci][b] for q, ci in terms) <= bound``, the same term z3's operators
+        make, with one Z3 call per product (the operators check and convert each operand:
+        most of the time spent building a model)."""
+        lhs = self.lin(terms, b)  # held while Z3 uses its AST
+        return z3.BoolRef(z3.Z3_mk_le(self.ref, lhs.as_ast(), self.num(bound)), self.ctx)
+
+    def lin(self, terms: Sequence[tuple[int, int]], b: int) -> z3.ArithRef:
+        """``sum(q * x[ci][b] for q, ci in terms)`` (`terms` not empty), as `sum_le`."""
+        ref, x = self.ref, self.x
+        made = []
+        for q, ci in terms:
+            pair = (z3.Ast * 2)(self.num(q), x[ci][b].as_ast())
+            made.append(z3.ArithRef(z3.Z3_mk_mul(ref, 2, pair), self.ctx))
+        args = (z3.Ast * len(made))(*(m.as_ast() for m in made))
+        return z3.ArithRef(z3.Z3_mk_add(ref, len(made), args), self.ctx)
+
+    def num(self, value: int) -> Any:
+        """The AST of integer `value` (made once per run)."""
+        got = self.nums.get(value)
+        if got is None:
+            got = self.nums[value] = z3.IntVal(value, self.ctx)
+        return got.as_ast()
 
 
 _contexts = threading.local()
@@ -154,8 +190,9 @@ def _rows(e: _Enc, deadline: float) -> bool:
         if time.monotonic() > deadline:
             return False
         row = [z3.Int(f"x{ci}_{b}", ctx) for b in range(len(e.bins))]
+        zero = e.num(0)
         for v in row:
-            e.s.add(v >= 0)
+            e.guard(None, z3.BoolRef(z3.Z3_mk_ge(e.ref, v.as_ast(), zero), ctx))
         e.s.add(z3.Sum(row) == _count(e, idxs))
         e.x.append(row)
         it = e.rep(ci)
@@ -233,7 +270,7 @@ def _capacity(e: _Enc, b: int) -> None:
     for lid, (lim, sid) in p.limits.items():
         terms2 = [(e.rep(ci).tags[lid], ci) for ci in range(len(e.cls)) if lid in e.rep(ci).tags]
         if terms2:
-            e.guard(e.lits(sid), z3.Sum([a * e.x[ci][b] for a, ci in terms2]) <= lim * bin_.m)
+            e.guard(e.lits(sid), e.sum_le(terms2, b, lim * bin_.m))
     if e.exact:
         for r in p.created:
             for ci in range(len(e.cls)):
@@ -258,16 +295,15 @@ def _group_cap(e: _Enc, b: int, g: str, gsid: str | None, r: int) -> None:
     if not terms or (kcap is None and not (e.exact and r in p.created)):
         return
     cond = e.lits.all([nt.capsrc[r], gsid])
-    lhs = z3.Sum([q * e.x[ci][b] for q, ci in terms])
     if r in p.created:
-        _created(e, b, r, cond, lhs, kcap)
+        _created(e, b, r, cond, e.lin(terms, b), kcap)
         return
     assert kcap is not None
-    e.guard(cond, lhs <= bin_.m * kcap)
+    e.guard(cond, e.sum_le(terms, b, bin_.m * kcap))
     if not e.exact:
         for q in sorted({q for q, _ in terms}, reverse=True)[:CUTS]:
             cut = [(qq // q, ci) for qq, ci in terms if qq // q]
-            e.guard(cond, z3.Sum([a * e.x[ci][b] for a, ci in cut]) <= bin_.m * (kcap // q))
+            e.guard(cond, e.sum_le(cut, b, bin_.m * (kcap // q)))
 
 
 def _created(e: _Enc, b: int, r: int, cond: Any, lhs: Any, kcap: int | None) -> None:
