@@ -108,30 +108,46 @@ def _frozen_heap() -> Iterator[None]:
 
 def json_text(data: dict[str, Any]) -> str:
     """`data` as ``json.dumps(data, indent=2, sort_keys=True)`` would write it, except that
-    each task of the witness takes one line (``"task": ["node", ...]``): the same document,
-    with the witness written by the C encoder in one go (thousands of tasks for a plan
-    written one entry per task). The encoder separates items with a NUL, which JSON writes
-    escaped inside strings: after a list's ``]`` it ends a task's line, else it separates
-    the nodes of one task."""
-    witness = data.get("witness")
-    if not witness:
-        return json.dumps(data, indent=2, sort_keys=True)
+    each task of the witness (``"task": ["node", ...]``) and each statement of an
+    explanation takes one line: the same document, with those written by the C encoder
+    (thousands of them for a plan written one entry per task). The witness is written in one
+    go: the encoder separates items with a NUL, which JSON writes escaped inside strings:
+    after a list's ``]`` it ends a task's line, else it separates the nodes of one task."""
+    parts = [
+        f"  {json.dumps(key)}: "
+        + (_witness(data[key]) if key == "witness" and data[key] else _nested(data[key], "  "))
+        for key in sorted(data)
+    ]
+    return "{\n" + ",\n".join(parts) + "\n}" if parts else "{}"
+
+
+def _witness(witness: dict[str, Any]) -> str:
+    """A witness as `json_text` writes it: a line per task."""
     lines = _plain_witness_lines(witness)
     if lines is None:
         one_line = json.dumps(
             witness, sort_keys=True, check_circular=False, separators=("\0", ": ")
         )
         lines = one_line[1:-1].replace("]\0", "],\n    ").replace("\0", ", ")
-    parts = [
-        f"  {json.dumps(key)}: "
-        + (
-            "{\n    " + lines + "\n  }"
-            if key == "witness"
-            else json.dumps(data[key], indent=2, sort_keys=True).replace("\n", "\n  ")
-        )
-        for key in sorted(data)
-    ]
-    return "{\n" + ",\n".join(parts) + "\n}"
+    return "{\n    " + lines + "\n  }"
+
+
+def _nested(value: Any, indent: str) -> str:
+    """`value` as ``json.dumps(indent=2, sort_keys=True)`` writes it at `indent`, except that
+    each statement of an explanation takes one line (thousands, for a plan written one
+    entry per task; the C encoder writes each, not the Python one that indents)."""
+    statements = value.get("statements") if isinstance(value, dict) else None
+    if not statements:
+        return json.dumps(value, indent=2, sort_keys=True).replace("\n", "\n" + indent)
+    inner = indent + "  "
+    parts = []
+    for key in sorted(value):
+        if key == "statements":
+            lines = f",\n{inner}  ".join(json.dumps(s, sort_keys=True) for s in statements)
+            parts.append(f'{inner}"statements": [\n{inner}  {lines}\n{inner}]')
+        else:
+            parts.append(f"{inner}{json.dumps(key)}: {_nested(value[key], inner)}")
+    return "{\n" + ",\n".join(parts) + f"\n{indent}}}"
 
 
 def _plain_witness_lines(witness: dict[str, Any]) -> str | None:

@@ -20,9 +20,9 @@ from typing import Any
 from escher.core.cluster import ClusterState
 from escher.core.errors import PlanFormatError
 from escher.core.formats import parse_bytes, paused_gc, read_bytes, validate_document
-from escher.core.plan import Plan, PlannedTask
+from escher.core.plan import Plan
 from escher.verify._engine import decide
-from escher.verify._statement import Statement, task_statement
+from escher.verify._statement import Statement, named_statement, task_words
 from escher.verify._tasklist import TaskList, Unread, read_tasks
 
 #: Files of this many bytes or more are read without building each task entry first
@@ -57,21 +57,20 @@ class Grouping:
     def statement(self, sid: str) -> Statement | None:
         """The statement of entry `sid` (``task:<name>``) of a group, as the plan as written
         has it; None for any other statement."""
-        at = self._in_groups.get(sid[5:]) if sid.startswith("task:") else None
-        if at is None:
-            return None
-        task, each = at
         name = sid[5:]
+        words = self._words_of.get(name) if sid.startswith("task:") else None
+        if words is None:
+            return None
         source = self._source_by_name.get(name) or f"task {name!r}"
-        return task_statement(replace(task, name=name, count=each, source=source))
+        return named_statement(name, source, words)
 
     @functools.cached_property
-    def _in_groups(self) -> dict[str, tuple[PlannedTask, int]]:
-        """Entry name -> its group's task and the entry's replicas, for entries in groups."""
+    def _words_of(self) -> dict[str, str]:
+        """Entry name -> what its statement says after its name, for entries in groups."""
         tasks = {t.name: t for t in self.plan.tasks if t.name in self.members}
-        out: dict[str, tuple[PlannedTask, int]] = {}
+        out: dict[str, str] = {}
         for group, (names, each) in self.members.items():
-            out.update(dict.fromkeys(names, (tasks[group], each)))
+            out.update(dict.fromkeys(names, task_words(replace(tasks[group], count=each))))
         return out
 
     @functools.cached_property

@@ -53,15 +53,27 @@ def _request_text(request: Resources) -> str:
 
 def task_statement(task: PlannedTask) -> Statement:
     """The statement for a planned task."""
+    return named_statement(task.name, task.source, task_words(task))
+
+
+def task_words(task: PlannedTask) -> str:
+    """What a task's statement says after its name: replicas, request, creations (the same
+    for tasks alike but for name and source)."""
     req = _request_text(task.resources)
     conc = "" if task.concurrent else ", not concurrent"
-    text = f"task {task.name!r} x{task.count} requesting {req}{conc}"
+    text = f" x{task.count} requesting {req}{conc}"
     if task.creates:
         made = ", ".join(f"{c.label}={c.capacity:g}" for c in task.creates)
         text += f", creating {made} on its node"
-    if task.source and task.source != f"task {task.name!r}":
-        text += f" (from {task.source})"
-    return Statement(f"task:{task.name}", "task", text, task.source)
+    return text
+
+
+def named_statement(name: str, source: str, words: str) -> Statement:
+    """The statement for task `name` from `source`, with `task_words` `words`."""
+    text = f"task {name!r}{words}"
+    if source and source != f"task {name!r}":
+        text += f" (from {source})"
+    return Statement(f"task:{name}", "task", text, source)
 
 
 class Statements(dict[str, Statement]):

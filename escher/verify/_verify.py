@@ -45,9 +45,9 @@ EXPLAIN_MIN = 2.0
 EXPLAIN_FACTOR = 10.0
 
 #: A plan file written one entry per task is explained in groups of alike entries first,
-#: then with the fewest entries of each group: that step stops after max(ENTRIES_MIN,
-#: ENTRIES_SHARE x the seconds spent so far), so the file costs about what it would grouped
-#: (the explanation is then marked not proven minimal).
+#: then, when that set is proven minimal, with the fewest entries of each group: that step
+#: stops after max(ENTRIES_MIN, ENTRIES_SHARE x the seconds spent so far), so the file
+#: costs about what it would grouped (the explanation is then marked not proven minimal).
 ENTRIES_MIN = 0.25
 ENTRIES_SHARE = 0.25
 
@@ -262,12 +262,14 @@ class Verifier:
         decided, minimal = minimise(
             self._decided, self.state, self._decision.core, deadline=until, memory_mb=self.memory_mb
         )
-        spent = time.perf_counter() - t0 + self._times.get("verdict", 0.0)
-        last = min(until, time.monotonic() + max(ENTRIES_MIN, ENTRIES_SHARE * spent))
-        core, finished = self._grouping.fewest_entries(
-            self.state, decided, deadline=last, memory_mb=self.memory_mb
-        )
-        minimal = minimal and finished
+        if minimal:
+            spent = time.perf_counter() - t0 + self._times.get("verdict", 0.0)
+            last = min(until, time.monotonic() + max(ENTRIES_MIN, ENTRIES_SHARE * spent))
+            core, minimal = self._grouping.fewest_entries(
+                self.state, decided, deadline=last, memory_mb=self.memory_mb
+            )
+        else:  # a set not proven minimal is not refined: every entry of its groups
+            core = self._grouping.written_sids(decided)
         self._times["explain"] = time.perf_counter() - t0
         note = "" if minimal else "not proven minimal: shrinking stopped at its time limit"
         self._result = _replace(

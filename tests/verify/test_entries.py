@@ -217,3 +217,20 @@ def test_json_output_has_one_line_per_task_whatever_the_names(
     assert [json.loads("{" + line.rstrip(",") + "}") for line in tasks] == [
         {name: witness[name]} for name in sorted(witness)
     ]
+
+
+def test_json_output_has_one_line_per_statement_of_an_explanation() -> None:
+    statements = [
+        {"id": f"task:t{i}", "kind": "task", "text": f"task 't{i}' \u00e9\"", "source": ""}
+        for i in range(5)
+    ]
+    explanation = {"statements": statements, "minimal": True, "note": "found by: x"}
+    data = {"status": "infeasible", "witness": None, "explanation": explanation, "stats": {}}
+    text = json_text(data)
+    assert json.loads(text) == data
+    lines = text.splitlines()
+    assert [json.loads(line.strip().rstrip(",")) for line in lines if '"id"' in line] == [
+        dict(sorted(s.items())) for s in statements
+    ]
+    no_statements = {**data, "explanation": {**explanation, "statements": []}}
+    assert json_text(no_statements) == json.dumps(no_statements, indent=2, sort_keys=True)

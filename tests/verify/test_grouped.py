@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from escher.core.cluster import ClusterState
 from escher.core.errors import PlanFormatError
 from escher.core.plan import Plan
-from escher.verify import Verdict, VerificationResult, check_placement, verify
+from escher.verify import Verdict, VerificationResult, _verify, check_placement, verify
 from escher.verify._grouped import Grouping, load_grouped
 from escher.verify._statement import task_statement
 from escher.verify._verify import Verifier
@@ -129,3 +129,22 @@ def test_from_file_reads_groups_and_says_what_is_wrong_with_a_bad_file(tmp_path:
         PlanFormatError, match=r"tasks\[3\]: the plan already has a task named 't0'"
     ):
         Verifier.from_file(path, state, deadline=time.monotonic() + 30)
+
+
+def test_a_group_set_not_proven_minimal_names_every_entry_of_its_groups(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Shrinking the groups stopped at its limit: the groups' entries are not searched."""
+    entries = [{"name": f"t{i}", "resources": {"CPU": 1}} for i in range(6)]
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps({"tasks": entries}))
+    state = ClusterState.from_dict({"nodes": [{"id": "n0", "total": {"CPU": 4}}]})
+    grouped = load_grouped(path)
+    monkeypatch.setattr(_verify, "minimise", lambda plan, state, core, **_: (core, False))
+    searched: list[Any] = []
+    monkeypatch.setattr(Grouping, "fewest_entries", lambda *a, **k: searched.append(a))
+    result = _run(grouped, state)
+    assert result.explanation is not None and not result.explanation.minimal
+    assert searched == []
+    tasks = {s.id for s in result.explanation.statements if s.kind == "task"}
+    assert tasks == {f"task:t{i}" for i in range(6)}
