@@ -160,6 +160,41 @@ def _simple(p: Problem, it: Item) -> bool:
     )
 
 
+def _self_contained(p: Problem) -> list[int]:
+    """Items the packing search may place as if simple: each creates every created label it
+    needs, at least as much as it needs, on a label no node has and no other item needs (a
+    co-location group made one item: its creator and its members). Packing them with the
+    simple items keeps room for them; the witness is checked as always."""
+    needing: dict[int, int] = {}
+    for it in p.items:
+        for r in p.created:
+            if it.need(r):
+                needing[r] = needing.get(r, 0) + 1
+    out = []
+    for i, it in enumerate(p.items):
+        needs = [r for r in p.created if it.need(r)]
+        if (
+            it.creates
+            and needs
+            and all(t in p.limits for t in it.tags)
+            and all(it.creates.get(r, 0) >= it.need(r) and needing[r] == 1 for r in needs)
+            and all(not nt.cap[r] and not nt.held[r] for nt in p.types for r in it.creates)
+        ):
+            out.append(i)
+    return out
+
+
+def _plain(p: Problem, it: Item) -> Item:
+    """`it` without the labels it creates and needs (they are its own)."""
+    made = set(it.creates)
+
+    def base(vector: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(0 if r in made else q for r, q in enumerate(vector))
+
+    loads = {g: base(load) for g, load in it.loads.items()}
+    return replace(it, single=base(it.single), loads=loads, creates={}, nonzero=())
+
+
 def _quick_search_stage(run: _Run) -> Decision | None:
     """A short first try of the packing search (feasible packings are usually found fast)."""
     return _search_stage(run, min(QUICK_SEARCH, max(0.0, run.left()) * 0.3))
@@ -173,14 +208,23 @@ def _search_stage(run: _Run, budget: float | None = None) -> Decision | None:
     if not simple or not p.types:
         return None
     whole = applicable(p)
+    own = [] if whole else _self_contained(p)
+    packed = sorted(simple + own)
     sub = (
         p
         if whole
-        else replace(p, items=[p.items[i] for i in simple], rules=[], created=frozenset())
+        else replace(
+            p,
+            items=[p.items[i] if i not in own else _plain(p, p.items[i]) for i in packed],
+            rules=[],
+            created=frozenset(),
+        )
     )
     share = max(0.0, run.left()) * SEARCH_SHARE
     until = time.monotonic() + (share if budget is None else min(budget, share))
     status, placement = run.timed("search", lambda: search(sub, until))
+    if status == "infeasible" and own:  # packed with less than they need: not a proof
+        return None
     if status == "infeasible":
         return run.infeasible(
             _all_statements(sub),
@@ -194,7 +238,7 @@ def _search_stage(run: _Run, budget: float | None = None) -> Decision | None:
     if whole:
         return run.found(placement, "exact packing search")
     fixed: Placement = [[] for _ in p.items]
-    for j, i in enumerate(simple):
+    for j, i in enumerate(packed):
         fixed[i] = placement[j]
     for strategy in STRATEGIES:
         got = greedy(p, deadline=run.deadline, strategy=strategy, fixed=fixed)
