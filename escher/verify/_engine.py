@@ -208,14 +208,14 @@ def _search_stage(run: _Run, budget: float | None = None) -> Decision | None:
     if not simple or not p.types:
         return None
     whole = applicable(p)
-    own = [] if whole else _self_contained(p)
-    packed = sorted(simple + own)
+    own = set() if whole else set(_self_contained(p))
+    packed = sorted(simple + list(own))
     sub = (
         p
         if whole
         else replace(
             p,
-            items=[p.items[i] if i not in own else _plain(p, p.items[i]) for i in packed],
+            items=[_plain(p, p.items[i]) if i in own else p.items[i] for i in packed],
             rules=[],
             created=frozenset(),
         )
@@ -223,8 +223,8 @@ def _search_stage(run: _Run, budget: float | None = None) -> Decision | None:
     share = max(0.0, run.left()) * SEARCH_SHARE
     until = time.monotonic() + (share if budget is None else min(budget, share))
     status, placement = run.timed("search", lambda: search(sub, until))
-    if status == "infeasible" and own:  # packed with less than they need: not a proof
-        return None
+    if status == "infeasible" and own:  # groups made plain: left to the engines that name
+        return None  # the statements a group's conflict comes from
     if status == "infeasible":
         return run.infeasible(
             _all_statements(sub),
