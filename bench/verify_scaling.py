@@ -27,9 +27,12 @@ After the table: per family and size run both ways, the default path's time for 
 written one entry per task over its time for the same plan with replicas (same run). With
 --timeouts S,S,...: `escher verify` run as a command (a fresh process, intent proofs on) on
 families a and d at 10,000 nodes with each --timeout, and the wall time of the whole command.
+With --seeds N: each selected family and size again with seeds 1..N (the generators' other
+instances), default path: how many verdicts agree with the construction, median and slowest.
 
     python bench/verify_scaling.py [--quick] [--baseline-timeout S] [--timeout S] [--seed N]
         [--only FAMILIES] [--min-nodes N] [--max-nodes N] [--repeat N] [--timeouts S,S,...]
+        [--seeds N]
 """
 
 from __future__ import annotations
@@ -401,6 +404,39 @@ def timeouts(limits: list[float], seed: int, repeat: int) -> None:
                 sys.stdout.flush()
 
 
+def seeds(args: argparse.Namespace, only: set[str]) -> bool:
+    """Each selected family and size with seeds 1..N (default path): verdicts that agree
+    with the construction, and the slowest and median wall time."""
+    print(f"\nseeds 1-{args.seeds}, default path")
+    print(f"{'family':>8} {'nodes':>6} {'agree':>7} {'median s':>9} {'slowest s':>10}  others")
+    keys = [(fam, n) for fam, n, _ in instances(args.quick, 1)]
+    ok = True
+    with tempfile.TemporaryDirectory() as tmp:
+        for fam, n in keys:
+            if (only and fam not in only) or not args.min_nodes <= n <= args.max_nodes:
+                continue
+            agree, walls, others = 0, [], []
+            for seed in range(1, args.seeds + 1):
+                make = next(m for f, k, m in instances(args.quick, seed) if (f, k) == (fam, n))
+                plan, cluster, feasible = make()
+                pf, cf = Path(tmp, "plan.json"), Path(tmp, "cluster.json")
+                pf.write_text(json.dumps(plan.to_dict()))
+                cf.write_text(json.dumps(cluster))
+                d = run_cli(str(pf), str(cf), args.timeout, True)
+                walls.append(d["wall"])
+                if d.get("status") == ("feasible" if feasible else "infeasible"):
+                    agree += 1
+                else:
+                    others.append(f"seed {seed}: {d.get('status', d.get('exit'))}")
+            ok &= agree == args.seeds
+            print(
+                f"{fam:>8} {n:>6} {agree:>3}/{args.seeds:<3} {statistics.median(walls):9.2f} "
+                f"{max(walls):10.2f}  {', '.join(others)}"
+            )
+            sys.stdout.flush()
+    return ok
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small sizes only")
@@ -412,6 +448,9 @@ def main() -> int:
     ap.add_argument("--max-nodes", type=int, default=10**9, help="skip larger instances")
     ap.add_argument("--min-nodes", type=int, default=0, help="skip smaller instances")
     ap.add_argument("--timeouts", default="", help="e.g. 5,10,20: --timeout at 10,000 nodes")
+    ap.add_argument(
+        "--seeds", type=int, default=0, help="also run seeds 1..N of each family and size"
+    )
     args = ap.parse_args()
     print(
         f"{'family':>8} {'size':>14} {'tasks':>6} {'expect':>10} {'escher':>10} "
@@ -441,6 +480,8 @@ def main() -> int:
             walls[(fam, n)] = d["wall"]
             print(_row(fam, n, plan, expect, d, ni, base))
             sys.stdout.flush()
+    if args.seeds:
+        all_agree &= seeds(args, only)
     print("all verdicts agree with the construction" if all_agree else "DISAGREEMENT")
     _ratios(walls)
     if args.timeouts:

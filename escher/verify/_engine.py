@@ -2,11 +2,15 @@
 
 1. `precheck`: exact cheap proofs (`_bounds`), with the cause in one line.
 2. `greedy`: first-fit decreasing with several node orders (a witness counts once checked).
-3. `relaxed`: Z3 on counts per (class, node type) with valid per-node cuts: UNSAT is a proof
+3. `dive`: one descent of the packing search that picks balanced fills (`_dive`); at scale
+   it finds packings that the greedy orders and the Z3 counts miss, at the cost of one pass.
+4. `arcflow`: the arc-flow model (HiGHS), exact for one dimension; else each dimension
+   alone, for a conflict (a share of the time left).
+5. `relaxed`: Z3 on counts per (class, node type) with valid per-node cuts: UNSAT is a proof
    with an unsat core; SAT counts are packed into nodes.
-4. `search`: exact bin completion over classes (`_search`), with symmetry breaking over
+6. `search`: exact bin completion over classes (`_search`), with symmetry breaking over
    identical nodes and waste pruning; a short run first, then the rest of its share.
-5. `exact`: Z3 per node, for small problems.
+7. `exact`: Z3 per node, for small problems.
 """
 
 from __future__ import annotations
@@ -33,6 +37,9 @@ QUICK_SEARCH = 1.0
 
 #: Problems with at most this many item copies go to the exact Z3 model right after greedy.
 SMALL = 48
+
+#: Share of the time left the arc-flow projections (a hunt for a conflict) may use.
+PROJECT_SHARE = 0.25
 
 #: Share of the time left that the exact search may use before the Z3 fallbacks run.
 SEARCH_SHARE = 0.8
@@ -77,6 +84,7 @@ class _Run:
         self.times: dict[str, float] = {}
         self.proven: list[str] = []
         self.notes: list[str] = []
+        self.dived = False  # the packing search's dive ran (no need to run it again)
 
     def timed(self, name: str, fn: Callable[[], _T]) -> _T:
         t0 = time.perf_counter()
@@ -126,7 +134,8 @@ def _arcflow_stage(run: _Run) -> Decision | None:
             "arc-flow model (HiGHS)",
             "the tasks do not pack into the nodes (the exact arc-flow model has no solution)",
         )
-    core = run.timed("arcflow", lambda: _arcflow.project(run.p, run.deadline))
+    until = time.monotonic() + max(0.0, run.left()) * PROJECT_SHARE
+    core = run.timed("arcflow", lambda: _arcflow.project(run.p, until))
     if core is not None:
         return run.infeasible(
             core, "arc-flow model of one resource (HiGHS)", _core_cause(run.p, core)
@@ -195,12 +204,19 @@ def _plain(p: Problem, it: Item) -> Item:
     return replace(it, single=base(it.single), loads=loads, creates={}, nonzero=())
 
 
+def _dive_stage(run: _Run) -> Decision | None:
+    """The packing search's dive alone: one descent, no backtracking."""
+    return _search_stage(run, dive_only=True)
+
+
 def _quick_search_stage(run: _Run) -> Decision | None:
     """A short first try of the packing search (feasible packings are usually found fast)."""
     return _search_stage(run, min(QUICK_SEARCH, max(0.0, run.left()) * 0.3))
 
 
-def _search_stage(run: _Run, budget: float | None = None) -> Decision | None:
+def _search_stage(
+    run: _Run, budget: float | None = None, *, dive_only: bool = False
+) -> Decision | None:
     """The exact packing search; with creations or domain rules, it packs the simple items
     exactly and places the others around them."""
     p = run.p
@@ -222,7 +238,11 @@ def _search_stage(run: _Run, budget: float | None = None) -> Decision | None:
     )
     share = max(0.0, run.left()) * SEARCH_SHARE
     until = time.monotonic() + (share if budget is None else min(budget, share))
-    status, placement = run.timed("search", lambda: search(sub, until))
+    dive = not run.dived
+    run.dived = True
+    status, placement = run.timed(
+        "search", lambda: search(sub, until, dive_only=dive_only, dive_first=dive)
+    )
     if status == "infeasible" and own:  # groups made plain: left to the engines that name
         return None  # the statements a group's conflict comes from
     if status == "infeasible":
@@ -232,17 +252,18 @@ def _search_stage(run: _Run, budget: float | None = None) -> Decision | None:
             "the tasks do not pack into the nodes (every way was tried)",
         )
     if status != "feasible" or placement is None:
-        if budget is None:
+        if budget is None and not dive_only:
             run.notes.append("the exact packing search did not finish")
         return None
+    method = "packing search (dive)" if dive_only else "exact packing search"
     if whole:
-        return run.found(placement, "exact packing search")
+        return run.found(placement, method)
     fixed: Placement = [[] for _ in p.items]
     for j, i in enumerate(packed):
         fixed[i] = placement[j]
     for strategy in STRATEGIES:
         got = greedy(p, deadline=run.deadline, strategy=strategy, fixed=fixed)
-        found = run.found(got, "exact packing search + greedy")
+        found = run.found(got, f"{method} + greedy")
         if found is not None:
             return found
     return None
@@ -279,10 +300,14 @@ def _core_cause(p: Problem, core: frozenset[str] | set[str]) -> str:
 
 
 def _tightest(p: Problem) -> str:
+    """The resource most requested against what the nodes have (labels tasks create are
+    left out: their capacity comes with the tasks)."""
     best = ""
     ratio = -1.0
     for g in p.groups:
         for r in range(len(p.resources)):
+            if r in p.created:
+                continue
             demand = sum(it.loads[g][r] * it.mult for it in p.items if g in it.loads)
             have = type_total(p, r) if demand else None
             if have is None:
@@ -366,6 +391,7 @@ def decide(
             return run.infeasible(conflict.core, conflict.method, conflict.cause)
     stages = [
         _greedy_stage,
+        _dive_stage,
         _arcflow_stage,
         _relaxed_stage,
         _quick_search_stage,

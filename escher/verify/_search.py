@@ -56,6 +56,8 @@ class _Space:
     free: list[int]  # classes that take nothing (placed at the end)
     idxs: list[list[int]]  # class -> item indices
     order: list[int] = field(default_factory=list)  # classes by size, largest first
+    nz: list[list[tuple[int, int]]] = field(default_factory=list)  # class -> (dim, amount > 0)
+    folded: list[int] = field(default_factory=list)  # classes whose own limit is in kmax
 
 
 def _dims(p: Problem, cls: list[Item]) -> list[tuple[str, int | str]]:
@@ -108,12 +110,51 @@ def _space(p: Problem) -> _Space:
         ]
         for c in range(len(cls))
     ]
-    top = [max((row[d] for row in cap if row[d] < INF), default=1) or 1 for d in range(len(dims))]
+    ndim = len(cap[0]) if cap else 0
+    top = [max((row[d] for row in cap if row[d] < INF), default=1) or 1 for d in range(ndim)]
     size = [max((v / top[d] for d, v in enumerate(vec[c])), default=0.0) for c in range(len(cls))]
     free = [c for c in range(len(cls)) if not any(vec[c])]
     sp = _Space(vec, cap, ok, kmax, size, free, groups)
     sp.order = sorted((c for c in range(len(cls)) if any(vec[c])), key=lambda c: -size[c])
+    sp.nz = [[(d, v) for d, v in enumerate(row) if v] for row in vec]
     return sp
+
+
+def _fold_private(p: Problem, sp: _Space) -> _Space:
+    """The space without the loose dimensions only one class uses (an anti-affinity group's
+    own label and limit): on a node such a dimension bounds that class alone, as its `kmax`
+    already does, and `_Search.room_left` checks its total; a dimension per label would only
+    slow every step. A tight one (slack below a node's capacity) stays: it prunes fills
+    that waste it. Only for the search: other engines index the full dimensions."""
+    ndim = len(sp.cap[0]) if sp.cap else 0
+    copies = [sum(p.items[i].mult for i in idx) for idx in sp.idxs]
+    nodes = [len(nt.nodes) for nt in p.types]
+    keep = []
+    folded: set[int] = set()
+    for d in range(ndim):
+        users = [c for c, row in enumerate(sp.vec) if row[d]]
+        bounded = [row[d] for row in sp.cap if row[d] < INF]
+        total = (
+            INF
+            if len(bounded) < len(sp.cap)
+            else sum(m * row[d] for m, row in zip(nodes, sp.cap, strict=True))
+        )
+        slack = total - sum(copies[c] * sp.vec[c][d] for c in users)
+        if len(users) == 1 and slack >= max(bounded, default=0):
+            folded.add(users[0])
+        else:
+            keep.append(d)
+    if not folded:
+        return sp
+    vec = [[row[d] for d in keep] for row in sp.vec]
+    cap = [[row[d] for d in keep] for row in sp.cap]
+    top = [max((row[d] for row in cap if row[d] < INF), default=1) or 1 for d in range(len(keep))]
+    size = [max((v / top[d] for d, v in enumerate(row)), default=0.0) for row in vec]
+    out = _Space(vec, cap, sp.ok, sp.kmax, size, sp.free, sp.idxs)
+    out.order = sorted(sp.order, key=lambda c: -size[c])
+    out.nz = [[(d, v) for d, v in enumerate(row) if v] for row in vec]
+    out.folded = sorted(folded)
+    return out
 
 
 class Exhausted(Exception):
@@ -129,38 +170,48 @@ class _Search:
         self.unused = [len(nt.nodes) for nt in p.types]
         ndim = len(sp.cap[0]) if sp.cap else 0
         self.ndim = ndim
-        self.demand = [sum(self.rem[c] * sp.vec[c][d] for c in sp.order) for d in range(ndim)]
-        self.capsum = [self._capsum(d) for d in range(ndim)]
+        self.demand = [0] * ndim
+        for c in sp.order:
+            for d, v in sp.nz[c]:
+                self.demand[d] += self.rem[c] * v
+        # Capacity of the unused nodes per dimension: the finite part, and how many unused
+        # nodes are unbounded there (kept up to date by `apply`).
+        self.capfin = [0] * ndim
+        self.capinf = [0] * ndim
+        for t, m in enumerate(self.unused):
+            self._count_type(t, m)
+        self._types_of: dict[tuple[bool, ...], list[int]] = {}
+        by_row: dict[tuple[int, ...], list[int]] = {}
+        for c in sp.folded:
+            by_row.setdefault(tuple(sp.kmax[c]), []).append(c)
+        # (kmax row, its folded classes, their most copies)
+        self._folded = [(row, cs, max(self.rem[c] for c in cs)) for row, cs in by_row.items()]
         self.complete = True
         self.steps = 0
         self.rng: random.Random | None = None
 
-    def _capsum(self, d: int) -> int:
-        total = 0
-        for t, m in enumerate(self.unused):
-            if m:
-                c = self.sp.cap[t][d]
-                if c >= INF:
-                    return INF
-                total += c * m
-        return total
+    def _count_type(self, t: int, m: int) -> None:
+        for d, c in enumerate(self.sp.cap[t]):
+            if c >= INF:
+                self.capinf[d] += m
+            else:
+                self.capfin[d] += c * m
 
     def slack(self) -> list[int]:
         return [
-            INF if self.capsum[d] >= INF else self.capsum[d] - self.demand[d]
-            for d in range(self.ndim)
+            INF if self.capinf[d] else self.capfin[d] - self.demand[d] for d in range(self.ndim)
         ]
 
     def key(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
         return (tuple(self.rem), tuple(self.unused))
 
     def apply(self, t: int, fill: Fill, sign: int) -> None:
-        sp = self.sp
+        nz = self.sp.nz
         self.unused[t] -= sign
-        self.capsum = [self._capsum(d) for d in range(self.ndim)]
+        self._count_type(t, -sign)
         for c, k in fill:
             self.rem[c] -= sign * k
-            for d, v in enumerate(sp.vec[c]):
+            for d, v in nz[c]:
                 self.demand[d] -= sign * v * k
 
     def done(self) -> bool:
@@ -168,15 +219,31 @@ class _Search:
 
     def hardest(self) -> int:
         sp = self.sp
+        types = self._type_counts()
         left = [c for c in sp.order if self.rem[c]]
+        return min(left, key=lambda c: (types[c], -sp.size[c]))
 
-        def key(c: int) -> tuple[int, float]:
-            types = sum(1 for t in range(len(self.unused)) if self.unused[t] and sp.ok[c][t])
-            return (types, -sp.size[c])
+    def _type_counts(self) -> list[int]:
+        """Class -> node types with unused nodes it may use (cached per set of such types)."""
+        avail = tuple(m > 0 for m in self.unused)
+        got = self._types_of.get(avail)
+        if got is None:
+            ok = self.sp.ok
+            got = [sum(1 for t, a in enumerate(avail) if a and row[t]) for row in ok]
+            self._types_of[avail] = got
+        return got
 
-        return min(left, key=key)
+    def room_left(self) -> bool:
+        """Every class with an own dimension still has nodes enough for its copies."""
+        for row, members, most in self._folded:
+            room = sum(m * k for m, k in zip(self.unused, row, strict=True))
+            if room < most and any(self.rem[c] > room for c in members):
+                return False
+        return True
 
-    def _lower(self, t: int, slack: list[int]) -> list[int]:
+    def lower(self, t: int, slack: list[int]) -> list[int]:
+        """What a fill of a node of type `t` must use of each dimension (more waste than
+        the slack is a dead end)."""
         cap = self.sp.cap[t]
         return [
             cap[d] - slack[d] if cap[d] < INF and slack[d] < INF else 0 for d in range(self.ndim)
@@ -191,7 +258,7 @@ class _Search:
         if self.rng is not None:
             self.rng.shuffle(types)
         for t in types:
-            lower = self._lower(t, slack)
+            lower = self.lower(t, slack)
             if self.rng is None:
                 yield from ((t, f) for f in self.fills(t, first, lower))
                 continue
@@ -203,12 +270,11 @@ class _Search:
 
     def _waste(self, t: int, fill: Fill) -> float:
         cap = self.sp.cap[t]
-        out = 0.0
-        for d in range(self.ndim):
-            if 0 < cap[d] < INF:
-                used = sum(k * self.sp.vec[c][d] for c, k in fill)
-                out += (cap[d] - used) / cap[d]
-        return out
+        used = [0] * self.ndim
+        for c, k in fill:
+            for d, v in self.sp.nz[c]:
+                used[d] += k * v
+        return sum((cap[d] - used[d]) / cap[d] for d in range(self.ndim) if 0 < cap[d] < INF)
 
     def fills(self, t: int, first: int, lower: list[int]) -> Iterator[Fill]:
         """Maximal fills of an empty node of type `t` with at least one copy of `first`,
@@ -249,6 +315,7 @@ class _Filler:
         self.cap = sp.cap[t]
         self.ndim = s.ndim
         self.vec = [sp.vec[c] for c in cands]
+        self.nz = [[(d, v) for d, v in sp.nz[c] if self.cap[d] < INF] for c in cands]
         self.limit = [min(s.rem[c], sp.kmax[c][t]) for c in cands]
         nd = self.ndim
         self.pot = _suffix(
@@ -261,18 +328,21 @@ class _Filler:
         self.minv = _suffix([[v or INF for v in vec] for vec in self.vec], nd, min, INF)
         self.load = [0] * nd
         self.chosen = [0] * len(cands)
+        self.short = [d for d in range(nd) if lower[d] > 0]  # dimensions with a lower bound
 
     def room(self, i: int) -> int:
         k = self.limit[i]
-        for d, v in enumerate(self.vec[i]):
-            if v and self.cap[d] < INF:
-                k = min(k, (self.cap[d] - self.load[d]) // v)
+        cap, load = self.cap, self.load
+        for d, v in self.nz[i]:
+            q = (cap[d] - load[d]) // v
+            if q < k:
+                k = q
         return max(k, 0)
 
     def set(self, i: int, k: int) -> None:
         delta = k - self.chosen[i]
         if delta:
-            for d, v in enumerate(self.vec[i]):
+            for d, v in self.s.sp.nz[self.cands[i]]:
                 self.load[d] += delta * v
             self.chosen[i] = k
 
@@ -285,7 +355,7 @@ class _Filler:
     def bounds(self, i: int) -> tuple[bool, bool]:
         """(hopeless by all copies, hopeless by the count bound) from position `i` on."""
         by_count = False
-        for d in range(self.ndim):
+        for d in self.short:
             need = self.lower[d] - self.load[d]
             if need <= 0:
                 continue
@@ -310,7 +380,7 @@ class _Filler:
             pos, k = stack[-1]
             if pos == n:
                 stack.pop()
-                if all(self.load[d] >= self.lower[d] for d in range(self.ndim)) and self.maximal():
+                if all(self.load[d] >= self.lower[d] for d in self.short) and self.maximal():
                     yield tuple((self.cands[i], c) for i, c in enumerate(self.chosen) if c)
                 continue
             if k < (1 if pos == 0 else 0):
@@ -336,7 +406,7 @@ class _Frame:
 
 
 def _l1_ok(s: _Search) -> bool:
-    return all(x >= 0 for x in s.slack())
+    return all(x >= 0 for x in s.slack()) and s.room_left()
 
 
 def _placement(p: Problem, sp: _Space, path: list[tuple[int, Fill]]) -> list[list[int]]:
@@ -411,21 +481,31 @@ def _run(
     return None
 
 
-def search(p: Problem, deadline: float) -> tuple[str, list[list[int]] | None]:
+def search(
+    p: Problem, deadline: float, *, dive_only: bool = False, dive_first: bool = True
+) -> tuple[str, list[list[int]] | None]:
     """("feasible", placement) | ("infeasible", None) | ("unknown", None).
 
-    Runs restart with a doubling budget of fills, in best-first order first and then with
+    A dive (`_dive`) tries balanced fills first, without backtracking. Then runs restart
+    with a doubling budget of fills, in best-first order first and then with
     ties broken at random (feasible packings have many solutions; one bad early choice should
     not cost the whole time); failed states carry over, so the last run is exhaustive.
     """
     if not applicable(p):
         return ("unknown", None)
-    sp = _space(p)
+    sp = _fold_private(p, _space(p))
     s = _Search(p, sp, deadline)
     if s.done():
         return ("feasible", _placement(p, sp, []))
     if not _l1_ok(s):
         return ("infeasible", None)
+    from escher.verify._dive import dive  # it builds on this module
+
+    path = dive(s, deadline) if dive_first or dive_only else None
+    if path is not None:
+        return ("feasible", _placement(p, sp, path))
+    if dive_only:
+        return ("unknown", None)
     memo: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
     budget = 4 * len(p.node_ids) + 64
     try:

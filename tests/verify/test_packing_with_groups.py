@@ -12,7 +12,7 @@ import pytest
 
 from escher.core.cluster import ClusterState
 from escher.core.plan import Colocated, Plan
-from escher.verify._engine import _plain, _self_contained, decide
+from escher.verify._engine import _plain, _self_contained, _tightest, decide
 from escher.verify._model import build
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "verify_scaling.py"
@@ -58,3 +58,9 @@ def test_family_a_at_1000_nodes_is_proven_feasible(seed: int) -> None:
     plan, cluster, feasible = _bench().family(1000, "a", seed)
     decision = decide(plan, ClusterState.from_dict(cluster), deadline=time.monotonic() + 60)
     assert feasible and decision.status == "feasible", decision.reason
+
+
+def test_the_tightest_resource_of_an_unknown_is_never_a_label_tasks_create() -> None:
+    plan, state = _plan(label_on_node=False)
+    p = build(plan, state, deadline=time.monotonic() + 30)
+    assert _tightest(p).startswith("CPU: ")
