@@ -25,7 +25,17 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 
-from escher.verify._search import INF, Fill, _l1_ok, _Search
+from escher.verify._problem import Problem
+from escher.verify._search import (
+    INF,
+    Fill,
+    _fold_private,
+    _l1_ok,
+    _placement,
+    _Search,
+    _space,
+    applicable,
+)
 
 #: Counts tried per pool when building candidates (evenly spread from the most to one).
 COUNTS = 12
@@ -50,12 +60,23 @@ class _Pools:
         self.ok = [sp.ok[c] for c in first]
         self.size = [sp.size[c] for c in first]
         self.order = sorted(range(len(self.members)), key=lambda q: -self.size[q])
+        # (dimension, least amount) for dimensions every pool uses: a node with less room
+        # left there takes nothing more
+        floor: dict[int, int] = {}
+        for nz in self.nz:
+            have = dict(nz)
+            for d in range(s.ndim):
+                floor[d] = min(floor.get(d, INF), have.get(d, 0))
+        self.floor = [(d, v) for d, v in floor.items() if v > 0]
 
     def avail(self, q: int, t: int) -> int:
         """Copies of pool `q` one node of type `t` can take, as far as the pool goes."""
         k = self.kmax[q][t]
         rem = self.s.rem
-        return sum(min(rem[c], k) for c in self.members[q])
+        members = self.members[q]
+        if len(members) == 1:
+            return min(rem[members[0]], k)
+        return sum(min(rem[c], k) for c in members)
 
     def left(self, q: int) -> int:
         rem = self.s.rem
@@ -154,6 +175,8 @@ class _Dive:
                         fill.append((q, k))
                         for d, v in pools.nz[q]:
                             used[d] += k * v
+                        if any(cap[d] - used[d] < v for d, v in pools.floor):
+                            break
                 fills.append(tuple(fill))
         return fills
 
@@ -195,3 +218,16 @@ def dive(s: _Search, deadline: float) -> list[tuple[int, Fill]] | None:
                 s.apply(t, fill, sign=-1)
             return None
     return path
+
+
+def find(p: Problem, deadline: float) -> list[list[int]] | None:
+    """A placement of a problem the packing search handles, found by one dive; None if the
+    dive got stuck, ran out of time, or the problem is not one for the search."""
+    if not applicable(p):
+        return None
+    sp = _fold_private(p, _space(p))
+    s = _Search(p, sp, deadline)
+    if not _l1_ok(s):
+        return None
+    path = [] if s.done() else dive(s, deadline)
+    return None if path is None else _placement(p, sp, path) or None

@@ -24,6 +24,7 @@ from typing import TypeVar
 from escher.core.cluster import ClusterState
 from escher.core.plan import Plan
 from escher.verify._bounds import precheck
+from escher.verify._dive import find
 from escher.verify._greedy import STRATEGIES, check, greedy
 from escher.verify._model import build
 from escher.verify._problem import Item, Mods, Problem, Timeout, type_total
@@ -37,6 +38,9 @@ QUICK_SEARCH = 1.0
 
 #: Problems with at most this many item copies go to the exact Z3 model right after greedy.
 SMALL = 48
+
+#: Share of the time left the dive may use.
+DIVE_SHARE = 0.3
 
 #: Share of the time left the arc-flow projections (a hunt for a conflict) may use.
 PROJECT_SHARE = 0.25
@@ -84,7 +88,6 @@ class _Run:
         self.times: dict[str, float] = {}
         self.proven: list[str] = []
         self.notes: list[str] = []
-        self.dived = False  # the packing search's dive ran (no need to run it again)
 
     def timed(self, name: str, fn: Callable[[], _T]) -> _T:
         t0 = time.perf_counter()
@@ -205,8 +208,9 @@ def _plain(p: Problem, it: Item) -> Item:
 
 
 def _dive_stage(run: _Run) -> Decision | None:
-    """The packing search's dive alone: one descent, no backtracking."""
-    return _search_stage(run, dive_only=True)
+    """The packing search's dive alone: one descent, no backtracking, within a share of the
+    time left (its candidates cost more with many distinct task shapes)."""
+    return _search_stage(run, max(0.0, run.left()) * DIVE_SHARE, dive_only=True)
 
 
 def _quick_search_stage(run: _Run) -> Decision | None:
@@ -238,11 +242,11 @@ def _search_stage(
     )
     share = max(0.0, run.left()) * SEARCH_SHARE
     until = time.monotonic() + (share if budget is None else min(budget, share))
-    dive = not run.dived
-    run.dived = True
-    status, placement = run.timed(
-        "search", lambda: search(sub, until, dive_only=dive_only, dive_first=dive)
-    )
+    if dive_only:
+        placement = run.timed("dive", lambda: find(sub, until))
+        status = "unknown" if placement is None else "feasible"
+    else:
+        status, placement = run.timed("search", lambda: search(sub, until))
     if status == "infeasible" and own:  # groups made plain: left to the engines that name
         return None  # the statements a group's conflict comes from
     if status == "infeasible":

@@ -481,13 +481,10 @@ def _run(
     return None
 
 
-def search(
-    p: Problem, deadline: float, *, dive_only: bool = False, dive_first: bool = True
-) -> tuple[str, list[list[int]] | None]:
+def search(p: Problem, deadline: float) -> tuple[str, list[list[int]] | None]:
     """("feasible", placement) | ("infeasible", None) | ("unknown", None).
 
-    A dive (`_dive`) tries balanced fills first, without backtracking. Then runs restart
-    with a doubling budget of fills, in best-first order first and then with
+    Runs restart with a doubling budget of fills, in best-first order first and then with
     ties broken at random (feasible packings have many solutions; one bad early choice should
     not cost the whole time); failed states carry over, so the last run is exhaustive.
     """
@@ -499,13 +496,6 @@ def search(
         return ("feasible", _placement(p, sp, []))
     if not _l1_ok(s):
         return ("infeasible", None)
-    from escher.verify._dive import dive  # it builds on this module
-
-    path = dive(s, deadline) if dive_first or dive_only else None
-    if path is not None:
-        return ("feasible", _placement(p, sp, path))
-    if dive_only:
-        return ("unknown", None)
     memo: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
     budget = 4 * len(p.node_ids) + 64
     try:
