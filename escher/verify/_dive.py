@@ -189,19 +189,23 @@ class _Dive:
         return max(k, 0)
 
     def step(self) -> tuple[int, Fill] | None:
+        """The next node's type and fill, or None when no candidate applies."""
         first = self.hardest()
         slack = self.s.slack()
-        for attempt in range(2):
-            cands = self.cache.get(first) if attempt == 0 else None
-            if cands is None:
-                cands = self.build(first, slack)
-                self.cache[first] = cands
+        cands = self.cache.get(first)
+        built = cands is None
+        if cands is None:
+            cands = self.cache[first] = self.build(first, slack)
+        while True:
             while cands:
                 _, t, fill = cands[0]
                 if self.applies(t, fill, slack):
                     return t, self.pools.expand(t, fill)
                 cands.pop(0)
-        return None
+            if built:
+                return None
+            cands = self.cache[first] = self.build(first, slack)
+            built = True
 
 
 def dive(s: _Search, deadline: float) -> list[tuple[int, Fill]] | None:

@@ -57,7 +57,7 @@ class _Space:
     idxs: list[list[int]]  # class -> item indices
     order: list[int] = field(default_factory=list)  # classes by size, largest first
     nz: list[list[tuple[int, int]]] = field(default_factory=list)  # class -> (dim, amount > 0)
-    folded: list[int] = field(default_factory=list)  # classes whose own limit is in kmax
+    folded: list[int] = field(default_factory=list)  # classes whose own dimensions are in kmax
 
 
 def _dims(p: Problem, cls: list[Item]) -> list[tuple[str, int | str]]:
@@ -110,8 +110,7 @@ def _space(p: Problem) -> _Space:
         ]
         for c in range(len(cls))
     ]
-    ndim = len(cap[0]) if cap else 0
-    top = [max((row[d] for row in cap if row[d] < INF), default=1) or 1 for d in range(ndim)]
+    top = [max((row[d] for row in cap if row[d] < INF), default=1) or 1 for d in range(len(dims))]
     size = [max((v / top[d] for d, v in enumerate(vec[c])), default=0.0) for c in range(len(cls))]
     free = [c for c in range(len(cls)) if not any(vec[c])]
     sp = _Space(vec, cap, ok, kmax, size, free, groups)
