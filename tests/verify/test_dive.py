@@ -160,3 +160,35 @@ def test_family_a_at_10000_nodes_is_proven_feasible(seed: int) -> None:
     decision = decide(plan, ClusterState.from_dict(cluster), deadline=time.monotonic() + 600)
     assert feasible and decision.status == "feasible", decision.reason
     assert decision.placement is not None
+
+
+def test_the_search_with_folded_limits_agrees_with_the_exact_z3_model() -> None:
+    """Random plans with anti-affinity groups (their labels and limits folded): the search's
+    feasible is a checked packing and its infeasible is Z3's unsat, on 150 instances."""
+    import random
+
+    from escher.verify import _smt
+
+    decided = {"feasible": 0, "infeasible": 0}
+    for seed in range(150):
+        rng = random.Random(seed)
+        plan = Plan()
+        for j in range(rng.randint(1, 4)):
+            request = {"CPU": rng.randint(1, 4), "memory": rng.randint(1, 4)}
+            plan.add_task(f"t{j}", request, count=rng.randint(1, 5))
+        for g in range(rng.randint(1, 3)):
+            plan.add_task(f"a{g}", {"CPU": rng.randint(1, 2)}, count=rng.randint(1, 5))
+            plan.add_intent(Separated((f"a{g}",)))
+        nodes: list[dict[str, object]] = [
+            {"id": f"n{i}", "total": {"CPU": rng.randint(4, 10), "memory": rng.randint(4, 10)}}
+            for i in range(rng.randint(2, 8))
+        ]
+        p = _problem(plan, nodes)
+        status, placement = search(p, time.monotonic() + 60)
+        reference, _ = _smt.exact(p, time.monotonic() + 60)
+        assert status in decided, seed
+        decided[status] += 1
+        if status == "feasible":
+            assert placement is not None and check(p, placement) == [], seed
+        assert reference == ("sat" if status == "feasible" else "unsat"), seed
+    assert min(decided.values()) >= 30  # both answers are exercised
