@@ -107,8 +107,9 @@ def _counts(most: int, least: int) -> list[int]:
 
 
 class _Dive:
-    def __init__(self, s: _Search) -> None:
+    def __init__(self, s: _Search, deadline: float) -> None:
         self.s = s
+        self.deadline = deadline  # building candidates stops there (many shapes cost)
         self.pools = _Pools(s)
         self.cache: dict[int, list[Candidate]] = {}
 
@@ -157,6 +158,8 @@ class _Dive:
         cap = self.s.sp.cap[t]
         fills: list[PoolFill] = []
         for k0 in _counts(pools.avail(first, t), 1):
+            if time.monotonic() > self.deadline:
+                break
             load = [0] * len(cap)
             for d, v in pools.nz[first]:
                 load[d] += k0 * v
@@ -210,7 +213,7 @@ class _Dive:
 
 def dive(s: _Search, deadline: float) -> list[tuple[int, Fill]] | None:
     """The path of fills that places everything, or None (the search state is restored)."""
-    d = _Dive(s)
+    d = _Dive(s, deadline)
     path: list[tuple[int, Fill]] = []
     while not s.done():
         got = d.step() if time.monotonic() < deadline else None
