@@ -57,7 +57,6 @@ class _Pools:
         first = [m[0] for m in self.members]
         self.nz = [sp.nz[c] for c in first]
         self.kmax = [sp.kmax[c] for c in first]
-        self.ok = [sp.ok[c] for c in first]
         self.size = [sp.size[c] for c in first]
         self.order = sorted(range(len(self.members)), key=lambda q: -self.size[q])
         # (dimension, least amount) for dimensions every pool uses: a node with less room
@@ -114,10 +113,12 @@ class _Dive:
         self.cache: dict[int, list[Candidate]] = {}
 
     def hardest(self) -> int:
-        s, pools = self.s, self.pools
-        live = [t for t, m in enumerate(s.unused) if m]
+        """The pool with copies left on the fewest node types, then the largest (as
+        `_Search.hardest` picks a class)."""
+        pools = self.pools
+        types = self.s.type_counts()
         left = [q for q in pools.order if pools.left(q)]
-        return min(left, key=lambda q: (sum(1 for t in live if pools.ok[q][t]), -pools.size[q]))
+        return min(left, key=lambda q: (types[pools.members[q][0]], -pools.size[q]))
 
     def load(self, fill: PoolFill) -> list[int]:
         out = [0] * self.s.ndim

@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from functools import partial
+from functools import cached_property, partial
 from typing import TypeVar
 
 from escher.core.cluster import ClusterState
@@ -88,6 +88,11 @@ class _Run:
         self.times: dict[str, float] = {}
         self.proven: list[str] = []
         self.notes: list[str] = []
+
+    @cached_property
+    def packing(self) -> _Packing | None:
+        """The part of the problem the packing engines take (built once per decision)."""
+        return _packing(self.p)
 
     def timed(self, name: str, fn: Callable[[], _T]) -> _T:
         t0 = time.perf_counter()
@@ -207,10 +212,39 @@ def _plain(p: Problem, it: Item) -> Item:
     return replace(it, single=base(it.single), loads=loads, creates={}, nonzero=())
 
 
+@dataclass
+class _Packing:
+    """What the packing engines take of a problem: the simple items, and co-location groups
+    made plain (`_self_contained`) when the search cannot take the whole problem."""
+
+    sub: Problem
+    packed: list[int]  # the index in the problem of each item of `sub`
+    whole: bool  # `sub` is the problem itself
+    groups: bool  # groups were made plain: an "infeasible" names no group's statements
+
+
+def _packing(p: Problem) -> _Packing | None:
+    simple = [i for i, it in enumerate(p.items) if _simple(p, it)]
+    if not simple or not p.types:
+        return None
+    if applicable(p):
+        return _Packing(p, list(range(len(p.items))), True, False)
+    own = set(_self_contained(p))
+    packed = sorted(simple + list(own))
+    items = [_plain(p, p.items[i]) if i in own else p.items[i] for i in packed]
+    sub = replace(p, items=items, rules=[], created=frozenset())
+    return _Packing(sub, packed, False, bool(own))
+
+
 def _dive_stage(run: _Run) -> Decision | None:
     """The packing search's dive alone: one descent, no backtracking, within a share of the
     time left (its candidates cost more with many distinct task shapes)."""
-    return _search_stage(run, max(0.0, run.left()) * DIVE_SHARE, dive_only=True)
+    pk = run.packing
+    if pk is None:
+        return None
+    until = time.monotonic() + max(0.0, run.left()) * DIVE_SHARE
+    placement = run.timed("dive", lambda: find(pk.sub, until))
+    return _placed(run, pk, placement, "packing search (dive)")
 
 
 def _quick_search_stage(run: _Run) -> Decision | None:
@@ -218,55 +252,40 @@ def _quick_search_stage(run: _Run) -> Decision | None:
     return _search_stage(run, min(QUICK_SEARCH, max(0.0, run.left()) * 0.3))
 
 
-def _search_stage(
-    run: _Run, budget: float | None = None, *, dive_only: bool = False
-) -> Decision | None:
+def _search_stage(run: _Run, budget: float | None = None) -> Decision | None:
     """The exact packing search; with creations or domain rules, it packs the simple items
     exactly and places the others around them."""
-    p = run.p
-    simple = [i for i, it in enumerate(p.items) if _simple(p, it)]
-    if not simple or not p.types:
+    pk = run.packing
+    if pk is None:
         return None
-    whole = applicable(p)
-    own = set() if whole else set(_self_contained(p))
-    packed = sorted(simple + list(own))
-    sub = (
-        p
-        if whole
-        else replace(
-            p,
-            items=[_plain(p, p.items[i]) if i in own else p.items[i] for i in packed],
-            rules=[],
-            created=frozenset(),
-        )
-    )
     share = max(0.0, run.left()) * SEARCH_SHARE
     until = time.monotonic() + (share if budget is None else min(budget, share))
-    if dive_only:
-        placement = run.timed("dive", lambda: find(sub, until))
-        status = "unknown" if placement is None else "feasible"
-    else:
-        status, placement = run.timed("search", lambda: search(sub, until))
-    if status == "infeasible" and own:  # groups made plain: left to the engines that name
-        return None  # the statements a group's conflict comes from
+    status, placement = run.timed("search", lambda: search(pk.sub, until))
+    if status == "infeasible" and pk.groups:  # left to the engines that name the
+        return None  # statements a group's conflict comes from
     if status == "infeasible":
         return run.infeasible(
-            _all_statements(sub),
+            _all_statements(pk.sub),
             "exact packing search",
             "the tasks do not pack into the nodes (every way was tried)",
         )
-    if status != "feasible" or placement is None:
-        if budget is None and not dive_only:
-            run.notes.append("the exact packing search did not finish")
+    if status != "feasible" and budget is None:
+        run.notes.append("the exact packing search did not finish")
+    return _placed(run, pk, placement if status == "feasible" else None, "exact packing search")
+
+
+def _placed(run: _Run, pk: _Packing, placement: Placement | None, method: str) -> Decision | None:
+    """The decision for a packing of `pk.sub`: as it is, or with the other items placed
+    around it by the greedy orders."""
+    if placement is None:
         return None
-    method = "packing search (dive)" if dive_only else "exact packing search"
-    if whole:
+    if pk.whole:
         return run.found(placement, method)
-    fixed: Placement = [[] for _ in p.items]
-    for j, i in enumerate(packed):
+    fixed: Placement = [[] for _ in run.p.items]
+    for j, i in enumerate(pk.packed):
         fixed[i] = placement[j]
     for strategy in STRATEGIES:
-        got = greedy(p, deadline=run.deadline, strategy=strategy, fixed=fixed)
+        got = greedy(run.p, deadline=run.deadline, strategy=strategy, fixed=fixed)
         found = run.found(got, f"{method} + greedy")
         if found is not None:
             return found

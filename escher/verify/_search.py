@@ -218,11 +218,11 @@ class _Search:
 
     def hardest(self) -> int:
         sp = self.sp
-        types = self._type_counts()
+        types = self.type_counts()
         left = [c for c in sp.order if self.rem[c]]
         return min(left, key=lambda c: (types[c], -sp.size[c]))
 
-    def _type_counts(self) -> list[int]:
+    def type_counts(self) -> list[int]:
         """Class -> node types with unused nodes it may use (cached per set of such types)."""
         avail = tuple(m > 0 for m in self.unused)
         got = self._types_of.get(avail)

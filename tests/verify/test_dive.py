@@ -3,10 +3,7 @@ of dimensions only one class uses."""
 
 from __future__ import annotations
 
-import importlib.util
 import time
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 from hypothesis import given, settings
@@ -20,16 +17,7 @@ from escher.verify._greedy import check
 from escher.verify._model import build
 from escher.verify._problem import Problem
 from escher.verify._search import _fold_private, _placement, _Search, _space, search
-
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "verify_scaling.py"
-
-
-def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("verify_scaling_for_dive", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.verify._bench import bench
 
 
 def _problem(plan: Plan, nodes: list[dict[str, object]]) -> Problem:
@@ -156,7 +144,7 @@ def test_a_dive_is_a_valid_packing_or_nothing(
 @pytest.mark.parametrize("seed", [1, 2])
 def test_family_a_at_10000_nodes_is_proven_feasible(seed: int) -> None:
     # both seeds were "unknown" at 60 s before the dive
-    plan, cluster, feasible = _bench().family(10000, "a", seed)
+    plan, cluster, feasible = bench().family(10000, "a", seed)
     decision = decide(plan, ClusterState.from_dict(cluster), deadline=time.monotonic() + 600)
     assert feasible and decision.status == "feasible", decision.reason
     assert decision.placement is not None

@@ -3,10 +3,7 @@ item): family a of the bench at 1,000 nodes was "unknown" for 6 seeds in 10 befo
 
 from __future__ import annotations
 
-import importlib.util
 import time
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 
@@ -14,16 +11,7 @@ from escher.core.cluster import ClusterState
 from escher.core.plan import Colocated, Plan
 from escher.verify._engine import _plain, _self_contained, _tightest, decide
 from escher.verify._model import build
-
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "verify_scaling.py"
-
-
-def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("verify_scaling_for_tests", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.verify._bench import bench
 
 
 def _plan(label_on_node: bool) -> tuple[Plan, ClusterState]:
@@ -55,7 +43,7 @@ def test_a_label_some_node_has_keeps_the_group_out_of_the_packing() -> None:
 
 @pytest.mark.parametrize("seed", [1, 6])
 def test_family_a_at_1000_nodes_is_proven_feasible(seed: int) -> None:
-    plan, cluster, feasible = _bench().family(1000, "a", seed)
+    plan, cluster, feasible = bench().family(1000, "a", seed)
     decision = decide(plan, ClusterState.from_dict(cluster), deadline=time.monotonic() + 60)
     assert feasible and decision.status == "feasible", decision.reason
 
