@@ -10,7 +10,7 @@
 4. Setup of many labels on every node: one set_resource per (label, node) vs one
    set_resources call (one write per node, nodes concurrently).
 
-Usage: python bench/ray_backend.py [--quick] [--only throughput]
+Usage: python bench/ray_backend.py [--quick] [--only throughput] [--rounds R]
 (from the repository root: the driver imports escher from this checkout, and Ray's workers
 from the driver's working directory)
 """
@@ -180,8 +180,11 @@ def bench_gangs(backend: RayBackend, reps: int) -> dict[str, list[float]]:
     return times
 
 
-def bench_throughput(backend: RayBackend, nodes: list[str], n: int) -> dict[str, float]:
-    """Tasks/s of the same no-op body with the same resources: escher vs raw Ray.
+def bench_throughput(
+    backend: RayBackend, nodes: list[str], n: int, rounds: int
+) -> dict[str, list[float]]:
+    """Tasks/s of the same no-op body with the same resources: escher vs raw Ray, per round
+    (the four runs of a round back to back; the first round only warms workers up).
 
     Plain: {CPU: 0.5} both. Label-steered: escher's ephemeral label vs the raw-Ray way of
     steering with the same mechanism (resize mode: a Ray custom resource made with the same
@@ -219,7 +222,7 @@ def bench_throughput(backend: RayBackend, nodes: list[str], n: int) -> dict[str,
         ],
     }
     rates: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(4):  # the first round warms workers up; the others count
+    for _ in range(rounds + 1):  # the first round warms workers up; the others count
         for name, submit in runs.items():
             t = time.perf_counter()
             refs = submit()
@@ -232,7 +235,7 @@ def bench_throughput(backend: RayBackend, nodes: list[str], n: int) -> dict[str,
     if backend.mode == "resize":
         for node in nodes:
             resize(node, {"bench_raw": 0})
-    return {name: statistics.median(values[1:]) for name, values in rates.items()}
+    return {name: values[1:] for name, values in rates.items()}
 
 
 def bench_bulk(backend: RayBackend, nodes: list[str], labels: int, reps: int) -> dict[str, float]:
@@ -255,17 +258,22 @@ def bench_bulk(backend: RayBackend, nodes: list[str], labels: int, reps: int) ->
     return {"one by one": statistics.median(one), "set_resources": statistics.median(bulk)}
 
 
-def report_throughput(backend: RayBackend, nodes: list[str], n_tasks: int) -> None:
-    r = bench_throughput(backend, nodes, n_tasks)
-    print(f"3. throughput, {n_tasks} no-op tasks, {{CPU: 0.5}} (tasks/s, median of 3)")
-    for name, rate in r.items():
-        print(f"   {name:28s} {rate:8.1f}")
-    plain = r["escher, plain"] / r["raw Ray, plain"]
-    print(f"   escher plain / raw Ray plain:           {plain:.2f}x  target >= 0.80x")
-    print(
-        f"   escher label-steered / raw Ray steered: "
-        f"{r['escher, label-steered'] / r['raw Ray, steered']:.2f}x  target >= 0.80x\n"
-    )
+def report_throughput(backend: RayBackend, nodes: list[str], n_tasks: int, rounds: int) -> None:
+    r = bench_throughput(backend, nodes, n_tasks, rounds)
+    print(f"3. throughput, {n_tasks} no-op tasks, {{CPU: 0.5}} (tasks/s, median of {rounds})")
+    for name, rates in r.items():
+        print(f"   {name:28s} {statistics.median(rates):8.1f}")
+    print("   ratio: median of the rounds' ratios (lowest-highest)")
+    for what, mine, raw in (
+        ("escher plain / raw Ray plain:          ", "escher, plain", "raw Ray, plain"),
+        ("escher label-steered / raw Ray steered:", "escher, label-steered", "raw Ray, steered"),
+    ):
+        ratios = [a / b for a, b in zip(r[mine], r[raw], strict=True)]
+        print(
+            f"   {what} {statistics.median(ratios):.2f}x "
+            f"({min(ratios):.2f}x-{max(ratios):.2f}x)  target >= 0.80x"
+        )
+    print()
 
 
 def main() -> None:
@@ -275,6 +283,7 @@ def main() -> None:
     parser.add_argument(
         "--only", default="all", choices=["all", "throughput"], help="run one part only"
     )
+    parser.add_argument("--rounds", type=int, default=3, help="throughput rounds that count")
     args = parser.parse_args()
     n_set, reps, n_tasks, n_labels = (200, 5, 300, 10) if args.quick else (1000, 15, 1000, 20)
 
@@ -292,7 +301,7 @@ def main() -> None:
         print(f"mode={backend.mode}, {len(nodes)} worker nodes\n")
 
         if args.only == "throughput":
-            report_throughput(backend, nodes, n_tasks)
+            report_throughput(backend, nodes, n_tasks, args.rounds)
             return
         local = RayBackend(address=cluster.address, mode=args.mode, share_writes=False)
         s = bench_set_resource(backend, local, nodes[0], n_set)
@@ -324,7 +333,7 @@ def main() -> None:
             print("   " + text.replace("\n", "\n   "))
         print()
 
-        report_throughput(backend, nodes, n_tasks)
+        report_throughput(backend, nodes, n_tasks, args.rounds)
 
         b = bench_bulk(backend, nodes, n_labels, 5)
         print(f"4. setup of {n_labels} labels on {len(nodes)} nodes (median of 5, ms)")

@@ -17,10 +17,11 @@ layer at a time, against escher itself, same run, on `ray_backend.py`'s local cl
       bodies run) and reports a body it sees running twice; a body costs two assignments
   E   escher, plain tasks ({CPU: 0.5}, as all the others)
 
-B to D use escher's own pieces (`_completion.on_completed`, `_gate.claim`), so D is the
-protocol escher runs with none of escher's bookkeeping around it: E - D is escher's own
-overhead, D - C the price of the start gate. F0 to H price the pieces of a start gate
-without a control-store round trip per task (its cancel side, rare, is not measured).
+D prices a start gate in the control store (escher's `_gate.claim`, which escher now uses
+only on a node not armed yet); F0 to H price the pieces of a start gate without a
+control-store round trip per task (its cancel side, rare, is not measured). G is the
+protocol escher runs now (the driver asks the node agents which tasks started; tasks report
+nothing), so E - G is escher's own overhead.
 
 Usage: python bench/ray_task_layers.py [--tasks N] [--rounds R]
 """
@@ -51,7 +52,6 @@ from ray_backend import start  # the same local cluster, configured alike
 
 import escher
 from escher.backends.ray import RayBackend
-from escher.backends.ray._completion import on_completed
 from escher.backends.ray._gate import claim
 from escher.core.resources import Resources
 from escher.core.task import TaskSpec
@@ -225,7 +225,7 @@ def settle_by_callback(refs: list[Any]) -> None:
 
     threading.Thread(target=drain, daemon=True).start()
     for ref in refs:
-        on_completed(ref, results.put)
+        ref.future().add_done_callback(results.put)
     if not done.wait(WAIT):
         raise TimeoutError("tasks did not finish")
 

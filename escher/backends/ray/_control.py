@@ -23,6 +23,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from escher.backends.ray._nodegate import copy_markers
 from escher.backends.ray._shrink import ShrinkGate
 from escher.core.resources import EPSILON as EPS
 from escher.core.resources import give_back
@@ -36,7 +37,9 @@ Request = tuple[str, Mapping[str, float], Sequence[str]]
 class ControlActor:
     """State shared by every escher process on one Ray cluster (wrapped by `ray.remote`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, namespace: str | None = None) -> None:
+        self._namespace = namespace  # of the start gate's node agents
+        self._copying = asyncio.Lock()
         self._totals: dict[str, dict[str, float]] = {}
         self._used: dict[str, dict[str, float]] = {}
         self._version = 0
@@ -59,22 +62,38 @@ class ControlActor:
         self, prefix: str, node: str, capacities: Mapping[str, float], stamp: float
     ) -> None:
         """Ray kept these Ray names on `node` above the asked capacities (in use): hold
-        back the tasks that would take them above, until the shrinks are over."""
+        back the tasks that would take them above, until the shrinks are over. Returns
+        once the node's own copy of its marker holds them (if the node is armed)."""
         self._gate().set_pending(prefix, node, capacities, stamp)
+        await self._copy_markers()
 
     async def shrink_over(self, prefix: str, node: str, names: Sequence[str], stamp: float) -> None:
         """The pending shrinks of `names` on `node` (recorded at `stamp` or before) are over."""
         self._gate().clear(prefix, node, names, stamp)
+        await self._copy_markers()
 
     async def shrink_admit(self, prefix: str, node: str, labels: Mapping[str, float]) -> bool:
         """Whether a task holding `labels` (Ray names) on `node` may run now: every pending
         shrink of them there is applied (tried again now, atomically at the node)."""
-        return self._gate().admit(prefix, node, labels)
+        admitted = self._gate().admit(prefix, node, labels)
+        await self._copy_markers()
+        return admitted
+
+    async def _copy_markers(self) -> None:
+        """Send each changed marker to its node's start-gate agent, which keeps the copy
+        that tasks there read (`escher.backends.ray._nodegate`)."""
+        if self._shrinks is None:
+            return
+        async with self._copying:  # one at a time: a copy in flight may hold this change
+            changed = self._shrinks.take_changed()
+            if changed:
+                await copy_markers(self._shrinks.prefix, changed, self._namespace)
 
     # --- resize mode: recent writes, so every process reads its own and others' at once ---
     async def notes(self, writes: Sequence[Write], session: str = "") -> None:
         """Record a batch of (node, Ray name, total, stamp) writes (the newest stamp wins)."""
         self._keep_all(writes, session)
+        await self._copy_markers()
 
     async def exchange(
         self, writes: Sequence[Write], window: float, session: str = ""
@@ -82,6 +101,7 @@ class ControlActor:
         """Record `writes` (as `notes`), then return (node, name) -> (total, stamp) of every
         write of the last `window` seconds: one call for a reader that also has writes."""
         self._keep_all(writes, session)
+        await self._copy_markers()
         return self._window(window)
 
     async def written(

@@ -6,6 +6,7 @@ of them).
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -47,9 +48,12 @@ class Entry:
         ref: Its handle.
         request: Its request split for Ray.
         options: Ray options of every attempt (without a scheduling strategy).
-        key: The current attempt's key at the control actor's start gate
-            (``<session>:<n>`` then ``<session>:<n>.<retry>``).
+        key: The current attempt's key in this process's task table (``<n>.<retry>``).
         object_ref: Ray's ObjectRef of the current attempt, once submitted.
+        task_id: Ray's task id (hex) of the current attempt while it is with Ray: its name
+            at the start gate.
+        cancel_marked: A cancel marked the current attempt at the start gate.
+        submitting: Held while the attempt is handed to Ray (a cancel waits for its id).
         node: Ledger mode: the node whose ephemeral units the attempt holds.
         gang: The gang it belongs to, if any.
         strategy: The scheduling strategy of the gang bundle it runs in, if any.
@@ -61,6 +65,9 @@ class Entry:
     options: dict[str, Any]
     key: str = ""
     object_ref: Any = None
+    task_id: str = ""
+    cancel_marked: bool = False
+    submitting: threading.Lock = field(default_factory=threading.Lock)
     node: str | None = None
     gang: GangHook | None = None
     strategy: Any = None

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from escher.backends.base import GarbageReport
-from escher.backends.ray._gate import forget_session
+from escher.backends.ray._gate import NodeAgents, forget_session
 from escher.backends.ray._state import is_ray_internal, ray_up, read_raw, wait_for
 from escher.backends.ray._store import EphemeralStore
 
@@ -60,11 +60,13 @@ def collect(
     control: Callable[[], Any],
     store: EphemeralStore,
     prefix: str,
+    agents: NodeAgents,
     *,
     dry_run: bool,
     timeout: float,
 ) -> GarbageReport:
-    """Remove (or with `dry_run` list) the ephemeral resources of dead sessions."""
+    """Remove (or with `dry_run` list) the ephemeral resources of dead sessions, and the
+    start-gate keys and files they left."""
     info = wait_for(control().ownership.remote(), timeout)
     now, leases, started = info["now"], info["leases"], info["started_at"]
 
@@ -93,6 +95,8 @@ def collect(
     if not dry_run:
         for session in dead:  # the start-gate keys those sessions left
             forget_session(prefix, session, timeout)
+        if dead:  # and their files on every node
+            agents.call_all("forget_sessions", lambda node: (dead,))
     if plan and not dry_run:
         store.write(plan)
         keys = [(n, _stored_name(store, prefix, lbl)) for n, caps in plan.items() for lbl in caps]

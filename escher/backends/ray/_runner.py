@@ -4,8 +4,8 @@
 builds a backend attached to the already connected Ray (once per process, with the
 driver's `WorkerConfig.attach`), so that `escher.node_id()` and
 `escher.set_resource(label, capacity)` work inside tasks, then claims the task's start at
-the start gate (`escher.backends.ray._gate`; a cancelled task returns `CANCELLED` without
-running).
+the start gate under Ray's task id (`escher.backends.ray._gate`; a cancelled task returns
+`CANCELLED` without running). A task is sent only its own arguments.
 """
 
 from __future__ import annotations
@@ -16,18 +16,23 @@ from typing import Any
 
 from escher.backends.ray._config import WorkerConfig
 from escher.backends.ray._gate import claim
+from escher.backends.ray._nodegate import claim_here, node_dir, shrinks_here
 from escher.backends.ray._shrink import WAIT_FOR_SHRINK, held_labels, marker_stale, shrinking
 
 #: What a task returns when it was cancelled before its body ran.
 CANCELLED = "__escher_cancelled__"
 #: First item of what a task returns when its start could not be claimed (body not run).
 GATE_FAILED = "__escher_gate_failed__"
+#: Last item of what a task returns when it claimed its start in the control store (its key
+#: there must be removed once it settled).
+CLAIMED_IN_STORE = "__escher_claimed_in_store__"
 
 CLAIM_TIMEOUT = 60.0
 
 _lock = threading.Lock()
 _backends: dict[WorkerConfig, Any] = {}
 _node = ""  # this worker's node id, once known
+_folders: dict[str, str] = {}  # prefix -> this node's gate folder
 
 
 def worker_backend(config: WorkerConfig) -> Any:
@@ -56,12 +61,10 @@ def worker_backend(config: WorkerConfig) -> Any:
 def bound_runner(config: WorkerConfig, fn: Callable[..., Any]) -> Callable[..., Any]:
     """`run_task` with `config` and `fn` bound: for a function launched again and again, Ray
     then ships both once (when it exports the remote function), not with every task. A task
-    without arguments is sent its key only (Ray serializes each argument on its own)."""
+    without arguments is sent none (Ray serializes each argument on its own)."""
 
-    def escher_task(
-        key: str, args: tuple[Any, ...] = (), kwargs: Mapping[str, Any] | None = None
-    ) -> Any:
-        return run_task(config, key, fn, args, kwargs or {})
+    def escher_task(args: tuple[Any, ...] = (), kwargs: Mapping[str, Any] | None = None) -> Any:
+        return run_task(config, fn, args, kwargs or {})
 
     escher_task.__name__ = escher_task.__qualname__ = getattr(fn, "__name__", "escher_task")
     return escher_task
@@ -69,18 +72,26 @@ def bound_runner(config: WorkerConfig, fn: Callable[..., Any]) -> Callable[..., 
 
 def run_task(
     config: WorkerConfig,
-    key: str,
     fn: Callable[..., Any],
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any],
 ) -> Any:
-    """Run `fn(*args, **kwargs)` as escher task `key`; return (node, value)."""
+    """Run `fn(*args, **kwargs)` as an escher task; return (node, value), with
+    `CLAIMED_IN_STORE` appended if it claimed its start in the control store."""
+    import ray
+
     backend = worker_backend(config)
     node = _node or _this_node()
+    in_store = False
     try:
-        if config.mode == "resize" and not _shrink_allows(backend, config.prefix, node):
+        folder = _folders.get(config.prefix) or _folder(config.prefix, node)
+        if config.mode == "resize" and not _shrink_allows(backend, config.prefix, node, folder):
             return WAIT_FOR_SHRINK, node  # body not run; the unit goes back to Ray
-        claimed = claim(config.prefix, key, node, CLAIM_TIMEOUT)
+        task_id = ray.get_runtime_context().get_task_id() or ""
+        claimed = claim_here(folder, config.session_id, task_id)
+        if claimed is None:  # this node is not armed yet
+            in_store = True
+            claimed = claim(config.prefix, f"{config.session_id}:{task_id}", node, CLAIM_TIMEOUT)
     except Exception as exc:
         return GATE_FAILED, node, f"{type(exc).__name__}: {exc}"
     if not claimed:
@@ -90,7 +101,12 @@ def run_task(
     finally:
         # Whoever gets the result (or the error) may read what the body wrote: share it now.
         backend.flush_writes()
-    return node, value
+    return (node, value, CLAIMED_IN_STORE) if in_store else (node, value)
+
+
+def _folder(prefix: str, node: str) -> str:
+    _folders[prefix] = folder = node_dir(prefix, node)
+    return folder
 
 
 def _this_node() -> str:
@@ -102,11 +118,20 @@ def _this_node() -> str:
     return _node
 
 
-def _shrink_allows(backend: Any, prefix: str, node: str) -> bool:
+def _shrink_allows(backend: Any, prefix: str, node: str, folder: str) -> bool:
     """False if a pending shrink of a label the task holds leaves no room for it
-    (`escher.backends.ray._shrink`)."""
+    (`escher.backends.ray._shrink`). On an armed node the node's own copy of its marker
+    says which labels have one (nearly always none: no more to do)."""
+    here = shrinks_here(folder)
+    if here is not None and not here:
+        return True
     labels = held_labels(prefix)
-    if not labels or not shrinking(prefix, node, labels, CLAIM_TIMEOUT):
+    if not labels:
+        return True
+    if here is not None:
+        if here.isdisjoint(labels):
+            return True
+    elif not shrinking(prefix, node, labels, CLAIM_TIMEOUT):
         return True
     admitted = backend.control().shrink_admit.remote(prefix, node, labels)
     if not admitted.future().result(timeout=CLAIM_TIMEOUT):

@@ -45,7 +45,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from escher.backends.ray._state import ResizeCall
+from escher.backends.ray._state import ResizeCall, kv_client
 from escher.core.resources import EPSILON
 
 #: What a task returns when it was held back for a pending shrink (body not run).
@@ -65,18 +65,12 @@ _BUNDLE_NAME = re.compile(r"_group_(\d+_)?[0-9a-f]{36}$")
 _NODE_ID = re.compile(r"[0-9a-f]{56}")
 
 
-def _kv() -> Any:
-    """This process's GCS client (drivers, workers and actors alike)."""
-    from ray.experimental import internal_kv
-
-    client = getattr(internal_kv, "global_gcs_client", None)
-    if client is None:
-        raise RuntimeError("Ray is not connected (no GCS client)")
-    return client
-
-
-def _marker(prefix: str, node: str) -> bytes:
+def marker_key(prefix: str, node: str) -> bytes:
+    """The control-store key of `node`'s marker."""
     return f"{prefix}{node}".encode()
+
+
+_marker = marker_key
 
 
 # --- worker side ------------------------------------------------------------------------
@@ -115,7 +109,7 @@ class MarkerCache:
             known = self._read.get(key)
         if known is not None and now - known[0] < MARKER_TTL:
             return known[1]
-        raw = _kv().internal_kv_get(key, NAMESPACE, timeout=timeout)
+        raw = kv_client().internal_kv_get(key, NAMESPACE, timeout=timeout)
         names = frozenset(json.loads(raw)) if raw else frozenset()
         with self._lock:
             self._read[key] = (now, names)
@@ -159,6 +153,7 @@ class ShrinkGate:
         # node -> Ray name -> (asked capacity, stamp)
         self._pending: dict[str, dict[str, tuple[float, float]]] = {}
         self._prefix = ""  # of the markers: the backend's (one control actor per prefix)
+        self._dirty: set[str] = set()  # nodes whose marker changed since `take_changed`
         self._loaded = False
         # writes seen before the markers were loaded: (node, Ray name) -> (total, stamp)
         self._early: dict[tuple[str, str], tuple[float, float]] = {}
@@ -170,7 +165,7 @@ class ShrinkGate:
         self._prefix = prefix
         if self._loaded:
             return
-        client = _kv()
+        client = kv_client()
         keys = [
             k for k in client.internal_kv_keys(prefix.encode(), NAMESPACE) if _is_marker(prefix, k)
         ]
@@ -247,16 +242,28 @@ class ShrinkGate:
             self._publish(node)
         return len(done) == len(wanted)
 
+    @property
+    def prefix(self) -> str:
+        """The backends' prefix of the markers."""
+        return self._prefix
+
+    def take_changed(self) -> dict[str, list[str]]:
+        """Nodes whose marker changed since the last call -> the Ray names pending there
+        now (for the copies on the nodes themselves)."""
+        dirty, self._dirty = self._dirty, set()
+        return {node: sorted(self._pending.get(node, {})) for node in dirty}
+
     def _publish(self, node: str) -> None:
         """Write (or delete) `node`'s marker: the names with a pending shrink there."""
+        self._dirty.add(node)
         here = self._pending.get(node, {})
         key = _marker(self._prefix, node)
         if here:
             kept = {name: list(here[name]) for name in sorted(here)}
-            _kv().internal_kv_put(key, json.dumps(kept).encode(), True, NAMESPACE)
+            kv_client().internal_kv_put(key, json.dumps(kept).encode(), True, NAMESPACE)
         else:
             self._pending.pop(node, None)
-            _kv().internal_kv_del(key, False, NAMESPACE)
+            kv_client().internal_kv_del(key, False, NAMESPACE)
 
 
 def _is_marker(prefix: str, key: bytes) -> bool:

@@ -264,3 +264,14 @@ def ray_task_state(object_ref: Any, timeout: float = 2.0) -> dict[str, Any]:
         "ray_error": getattr(task, "error_message", None),
     }
     return {k: v for k, v in facts.items() if v}
+
+
+def kv_client() -> Any:
+    """This process's client of Ray's key-value store in the GCS (drivers, workers and
+    actors alike, once Ray is connected)."""
+    from ray.experimental import internal_kv
+
+    client = getattr(internal_kv, "global_gcs_client", None)
+    if client is None:
+        raise RuntimeError("Ray is not connected (no GCS client)")
+    return client

@@ -2,8 +2,9 @@
 
 It submits attempts to Ray (Ray's own retries off: `max_retries=0`,
 `retry_exceptions=False`), learns which attempts started and where from the start gate
-(`escher.backends.ray._gate`), settles handles when Ray reports an attempt's end, and asks the one
-retry rule (`TaskRef.retry`) before running a failed attempt again. Ray's errors become
+(`escher.backends.ray._gate`), settles handles when Ray reports an attempt's end (in batches,
+`escher.backends.ray._waiter`), and asks the one retry rule (`TaskRef.retry`) before running a
+failed attempt again. Ray's errors become
 escher errors naming the task and the node, with Ray's error chained.
 """
 
@@ -11,18 +12,22 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import queue
 import threading
 import time
 import weakref
 from collections.abc import Callable
 from typing import Any
 
-from escher.backends.ray._completion import on_completed
 from escher.backends.ray._config import WorkerConfig
 from escher.backends.ray._entry import Entry, SplitRequest
-from escher.backends.ray._gate import Gate, attempt_key, block_of, retry_key
-from escher.backends.ray._runner import CANCELLED, GATE_FAILED, bound_runner, run_task
+from escher.backends.ray._gate import Gate, NodeAgents
+from escher.backends.ray._runner import (
+    CANCELLED,
+    CLAIMED_IN_STORE,
+    GATE_FAILED,
+    bound_runner,
+    run_task,
+)
 from escher.backends.ray._shrink import waits_for_shrink
 from escher.backends.ray._state import (
     NodeCache,
@@ -33,6 +38,7 @@ from escher.backends.ray._state import (
     read_raw,
 )
 from escher.backends.ray._store import EphemeralStore
+from escher.backends.ray._waiter import Waiter
 from escher.core.errors import NodeDiedError, TaskFailedError
 from escher.core.task import (
     RetryCause,
@@ -69,6 +75,9 @@ class TaskTable:
         store: The ephemeral store (routes tasks that request labels).
         timeout: Seconds every wait on Ray may take.
         explain_wait: Says what a task put back in line waits for (its status reason).
+        nodes: What is known about the cluster's nodes.
+        agents: The start gate's node agents.
+        arm_nodes: Start the agents of nodes that have none (the driver does).
     """
 
     def __init__(
@@ -80,15 +89,21 @@ class TaskTable:
         timeout: float,
         explain_wait: Callable[[Entry], str],
         nodes: NodeCache,
+        agents: NodeAgents,
+        arm_nodes: bool,
     ) -> None:
         import ray
 
         self._session = session_id
         self._config = config
         self._store = store
-        self._gate = Gate(config.prefix, session_id, timeout)
-        self._blocks: dict[int, int] = {}  # key block -> entries not settled yet
-        self._forget: list[int] = []  # key blocks whose entries all settled
+        self._agents = agents
+        self._arm_nodes = arm_nodes
+        self._gate = Gate(config.prefix, session_id, agents, timeout)
+        # Settled attempts whose gate files (node -> Ray task ids; "" = every node) and
+        # control-store keys are still to be removed.
+        self._forget_files: dict[str, list[str]] = {}
+        self._forget_keys: list[str] = []
         self._timeout = timeout
         self._explain_wait = explain_wait
         self._nodes = nodes
@@ -100,12 +115,11 @@ class TaskTable:
         self._bound: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
         self._bind_lock = threading.Lock()
         self._seq = itertools.count(1)
-        self._last_block = 0
         self._lock = threading.RLock()
         self._learn_lock = threading.Lock()
         self._by_key: dict[str, Entry] = {}
-        self._completions: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
-        self._settler: threading.Thread | None = None
+        self._by_task_id: dict[str, Entry] = {}  # Ray task id of the current attempt -> entry
+        self._waiter = Waiter(self._settle, timeout)
         self._syncer: threading.Thread | None = None
         self._closed = False
 
@@ -117,19 +131,13 @@ class TaskTable:
         if extra:
             options["resources"] = {**options.get("resources", {}), **extra}
         options.update(NO_RAY_RETRIES)
-        key = attempt_key(self._session, next(self._seq))
+        key = f"{next(self._seq)}.0"
         holder: list[Entry] = []
         ref = TaskRef(spec, canceller=lambda _ref: self.cancel(holder[0]))
         entry = Entry(ref=ref, request=request, options=options, key=key)
         holder.append(entry)
-        block = block_of(key)
         with self._lock:
             self._by_key[key] = entry
-            self._blocks[block] = self._blocks.get(block, 0) + 1
-            if block > self._last_block:
-                if self._last_block not in self._blocks:  # it settled while it was the last
-                    self._forget.append(self._last_block)
-                self._last_block = block
         return entry
 
     def live(self) -> list[Entry]:
@@ -154,24 +162,26 @@ class TaskTable:
 
     def submit(self, entry: Entry, strategy: Any) -> None:
         """Hand the current attempt of `entry` to Ray (with `strategy`, or Ray's default)."""
-        if entry.ref.done():  # cancelled before it was submitted
-            self._drop(entry)
-            return
         self._store.flush()
         dead = self._nodes.dead.snapshot()
         if dead and getattr(strategy, "soft", False) and getattr(strategy, "node_id", "") in dead:
             strategy = None  # a placement hint to a node that died
-        try:
-            object_ref = self._call(entry, strategy)
-        except Exception as exc:
-            error = task_error(f"Ray refused it: {exc}", entry.ref, TaskFailedError)
-            error.__cause__ = exc
-            self._finish(entry, error=error)
-            return
-        entry.object_ref = object_ref
-        key, put = entry.key, self._completions.put
-        # Ray calls this on its own I/O thread, which must never block: hand over.
-        on_completed(object_ref, lambda result: put((key, result)))
+        with entry.submitting:  # a cancel waits until the attempt has its Ray task id
+            if entry.ref.done():  # cancelled before it was submitted
+                self._drop(entry)
+                return
+            try:
+                object_ref = self._call(entry, strategy)
+            except Exception as exc:
+                error = task_error(f"Ray refused it: {exc}", entry.ref, TaskFailedError)
+                error.__cause__ = exc
+                self._finish(entry, error=error)
+                return
+            entry.object_ref = object_ref
+            entry.task_id = object_ref.task_id().hex()
+            with self._lock:
+                self._by_task_id[entry.task_id] = entry
+        self._waiter.add(object_ref, entry.key)
         self._ensure_threads()
 
     def _remote_for(self, fn: Any) -> tuple[Any, bool]:
@@ -203,9 +213,9 @@ class TaskTable:
         options = self._options(remote, entry, strategy)
         if bound:
             if not spec.args and not spec.kwargs:
-                return options.remote(entry.key)
-            return options.remote(entry.key, spec.args, dict(spec.kwargs))
-        return options.remote(self._config, entry.key, spec.fn, spec.args, dict(spec.kwargs))
+                return options.remote()
+            return options.remote(spec.args, dict(spec.kwargs))
+        return options.remote(self._config, spec.fn, spec.args, dict(spec.kwargs))
 
     def _options(self, remote: Any, entry: Entry, strategy: Any) -> Any:
         """`remote.options(...)` for an attempt, cached for the common (no strategy) case."""
@@ -232,6 +242,22 @@ class TaskTable:
         return with_options[1]
 
     # --- settling ----------------------------------------------------------------------
+    def _settle(self, key: str, out: Any) -> None:
+        """The waiter's report of attempt `key`'s end: settle it, never losing the task to a
+        bug in one settle."""
+        try:
+            self._on_done(key, out)
+        except Exception as exc:
+            with self._lock:
+                entry = self._by_key.get(key)
+            if entry is not None:
+                self._finish(
+                    entry,
+                    error=task_error(
+                        f"escher could not settle it: {exc!r}", entry.ref, TaskFailedError
+                    ),
+                )
+
     def _on_done(self, key: str, out: Any) -> None:
         """Settle attempt `key` with what Ray stored: its value, or the error instead."""
         import ray.exceptions as rex
@@ -276,7 +302,10 @@ class TaskTable:
             )
             self._finish(entry, error=error, key=key)
             return
-        node, value = out
+        if len(out) == 3 and out[2] == CLAIMED_IN_STORE:
+            with self._lock:
+                self._forget_keys.append(entry.task_id)
+        node, value = out[0], out[1]
         entry.where = node
         with self._lock:
             if entry.key == key and entry.ref.state is TaskState.PENDING:
@@ -320,7 +349,8 @@ class TaskTable:
             if not entry.ref.retry(cause, why):
                 return False
             self._by_key.pop(entry.key, None)
-            entry.key = retry_key(entry.key, entry.ref.retries)
+            self._forget_attempt(entry)
+            entry.key = f"{entry.key.rpartition('.')[0]}.{entry.ref.retries}"
             entry.object_ref = None
             self._by_key[entry.key] = entry
         self._store.release(entry)
@@ -341,6 +371,7 @@ class TaskTable:
             if entry.key != key or self._by_key.get(key) is not entry:
                 return
             entry.object_ref = None
+            self._forget_attempt(entry)
             entry.ref.set_status(
                 Status(
                     StatusCode.UNSCHEDULABLE,
@@ -393,7 +424,7 @@ class TaskTable:
             live = self._by_key.get(entry.key) is entry
             if live:
                 del self._by_key[entry.key]
-                self._settled(block_of(entry.key))
+                self._forget_attempt(entry)
             if cancelled:
                 entry.ref.set_cancelled()
             elif error is not None:
@@ -405,14 +436,18 @@ class TaskTable:
             if entry.gang is not None:
                 entry.gang.member_done()
 
-    def _settled(self, block: int) -> None:  # called with self._lock held
-        left = self._blocks.get(block, 1) - 1
-        if left > 0:
-            self._blocks[block] = left
+    def _forget_attempt(self, entry: Entry) -> None:  # called with self._lock held
+        """The current attempt of `entry` is over: its gate files and keys can go."""
+        task_id = entry.task_id
+        if not task_id:
             return
-        self._blocks.pop(block, None)
-        if block < self._last_block:
-            self._forget.append(block)  # a full block, all settled: its keys can go
+        self._by_task_id.pop(task_id, None)
+        # A cancel marked every node (and the control store); a claim, the node it ran on.
+        node = "" if entry.cancel_marked else (entry.where or "")
+        self._forget_files.setdefault(node, []).append(task_id)
+        if entry.cancel_marked:
+            self._forget_keys.append(task_id)
+        entry.task_id, entry.cancel_marked = "", False
 
     def _drop(self, entry: Entry) -> None:
         """An entry that will never be submitted (cancelled first)."""
@@ -439,8 +474,6 @@ class TaskTable:
     # --- cancel ------------------------------------------------------------------------
     def cancel(self, entry: Entry) -> bool:
         """Cancel `entry` if its body never ran and never will; True if so."""
-        import ray
-
         if entry.gang is not None:
             # Unplaced: the whole gang is cancelled. Placed: too late, every member runs
             # (cancelling one at the start gate would leave the gang half run).
@@ -450,52 +483,64 @@ class TaskTable:
         if self._store.withdraw(entry):
             self._finish(entry, cancelled=True)
             return True
-        with self._lock:
-            key = entry.key
-            if self._by_key.get(key) is not entry:
-                return entry.ref.state.value == "cancelled"
+        return bool(self._cancel_at_gate([entry]))
+
+    def _cancel_at_gate(self, entries: list[Entry]) -> list[Entry]:
+        """Cancel entries not in a gang at the start gate, all in one round; those that
+        will never run (settled as cancelled)."""
+        import ray
+
+        cancelled: list[Entry] = []
+        submitted: dict[str, Entry] = {}
+        for entry in entries:
+            with entry.submitting, self._lock:
+                if self._by_key.get(entry.key) is not entry:  # settled
+                    if entry.ref.state is TaskState.CANCELLED:
+                        cancelled.append(entry)
+                elif not entry.task_id:  # not with Ray now: it is never submitted again
+                    if entry.ref.set_cancelled() or entry.ref.state is TaskState.CANCELLED:
+                        cancelled.append(entry)
+                else:
+                    entry.cancel_marked = True
+                    submitted[entry.task_id] = entry
+        if not submitted:
+            return cancelled
         try:
-            will_not_run = self._gate.cancel(key)
+            never = self._gate.cancel(list(submitted), alive=self._node_alive)
         except Exception:
-            return False
-        if not will_not_run:
-            return False
-        # Settled now; the entry stays until Ray reports the attempt (its claim is refused).
-        entry.ref.set_cancelled()
-        if entry.object_ref is not None:
-            with contextlib.suppress(Exception):
-                ray.cancel(entry.object_ref, force=False)
-        return entry.ref.state is TaskState.CANCELLED
+            return cancelled
+        for task_id in never:
+            entry = submitted[task_id]
+            with entry.submitting, self._lock:
+                # The attempt never started. If it is still with Ray, or ended without
+                # running (refused at the gate, or held back and not submitted again), the
+                # task never runs: settled now (the entry stays until Ray reports the
+                # attempt). If a new attempt is with Ray already, promise nothing.
+                if entry.task_id in (task_id, ""):
+                    entry.ref.set_cancelled()
+                object_ref = entry.object_ref if entry.task_id == task_id else None
+            if object_ref is not None:
+                with contextlib.suppress(Exception):
+                    ray.cancel(object_ref, force=False)
+            if entry.ref.state is TaskState.CANCELLED:
+                cancelled.append(entry)
+        return cancelled
+
+    @staticmethod
+    def _node_alive(node: str) -> bool:
+        """Whether Ray's control store lists `node` alive (if in doubt, it is)."""
+        try:
+            return node in read_raw().total
+        except Exception:
+            return True
 
     # --- running state -----------------------------------------------------------------
     def _ensure_threads(self) -> None:
-        settler, syncer = self._settler, self._syncer
-        if settler is not None and syncer is not None and settler.is_alive() and syncer.is_alive():
+        syncer = self._syncer
+        if syncer is not None and syncer.is_alive():
             return
         with self._lock:
-            self._settler = keep_running(self._settler, self._settle_loop, "escher-ray-settle")
             self._syncer = keep_running(self._syncer, self._sync_loop, "escher-ray-sync")
-
-    def _settle_loop(self) -> None:
-        while not self._closed and ray_up():
-            try:
-                key, out = self._completions.get(timeout=0.5)
-            except queue.Empty:
-                continue
-            if not key:
-                continue
-            try:
-                self._on_done(key, out)
-            except Exception as exc:  # never lose a task to a bug in one settle
-                with self._lock:
-                    entry = self._by_key.get(key)
-                if entry is not None:
-                    self._finish(
-                        entry,
-                        error=task_error(
-                            f"escher could not settle it: {exc!r}", entry.ref, TaskFailedError
-                        ),
-                    )
 
     def _sync_loop(self) -> None:
         """Learn which attempts started (and where) from the start gate; every
@@ -512,6 +557,13 @@ class TaskTable:
             if time.monotonic() - last_check >= NODE_CHECK_PERIOD:
                 last_check = time.monotonic()
                 self._check_nodes()
+                if self._arm_nodes:
+                    self.arm_nodes()
+
+    def arm_nodes(self) -> None:
+        """Start the start-gate agents of alive nodes that have none (best effort)."""
+        with contextlib.suppress(Exception):
+            self._agents.ensure(self._nodes.physical())
 
     def _learn_starts(self) -> bool:
         """Ask the gate which submitted attempts started (and where), and mark them running;
@@ -522,22 +574,26 @@ class TaskTable:
 
     def _learn_starts_locked(self) -> bool:
         with self._lock:
-            waiting = {
-                key
-                for key, e in self._by_key.items()
-                if e.object_ref is not None and e.ref.state is TaskState.PENDING
-            }
-            forget, self._forget = self._forget, []
-        for block in forget:
-            with contextlib.suppress(Exception):  # left for garbage collection
-                self._gate.forget_block(block)
+            waiting = any(
+                e.task_id and e.ref.state is TaskState.PENDING for e in self._by_key.values()
+            )
+            files, self._forget_files = self._forget_files, {}
+            keys, self._forget_keys = self._forget_keys, []
+        if keys:
+            with contextlib.suppress(Exception):  # else removed with the session
+                self._gate.forget(keys)
+        if not waiting and not files:
+            return True
         try:
-            started = self._gate.started(waiting)
+            started = self._gate.started(files, skip=self._nodes.dead.snapshot())
         except Exception:
+            with self._lock:  # try again at the next sync
+                for node, task_ids in files.items():
+                    self._forget_files.setdefault(node, []).extend(task_ids)
             return False
         with self._lock:
-            for key, node in started.items():
-                entry = self._by_key.get(key)
+            for task_id, node in started.items():
+                entry = self._by_task_id.get(task_id)
                 if entry is not None and entry.ref.state is TaskState.PENDING:
                     entry.where = node
                     entry.ref.set_running(node)
@@ -550,7 +606,8 @@ class TaskTable:
         if not self._learn_starts():
             return False
         with self._lock:
-            if idle and not self._by_key and not self._forget and not self._parked:
+            forgotten = not self._forget_files and not self._forget_keys
+            if idle and forgotten and not self._by_key and not self._parked:
                 self._syncer = None
                 return True
         return False
@@ -587,17 +644,26 @@ class TaskTable:
     # --- lifecycle ---------------------------------------------------------------------
     def close(self) -> None:
         """Cancel what did not start; stop the threads (and wait for them)."""
+        at_gate = []
         for entry in self.live():
-            if not entry.ref.started():
+            if entry.ref.started():
+                continue
+            if entry.gang is not None:
                 with contextlib.suppress(Exception):
                     self.cancel(entry)
+            elif self._store.withdraw(entry):
+                self._finish(entry, cancelled=True)
+            else:
+                at_gate.append(entry)
+        with contextlib.suppress(Exception):
+            self._cancel_at_gate(at_gate)
         self._closed = True
-        self._completions.put(("", None))
-        for thread in (self._syncer, self._settler):
-            if thread is not None and thread is not threading.current_thread():
-                thread.join(timeout=2.0)
+        self._waiter.close()
+        thread = self._syncer
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=2.0)
         with self._lock:
             settled = not self._by_key
         if settled:  # else a cancel mark must stay: left for garbage collection
             with contextlib.suppress(Exception):
-                self._gate.forget(f"{self._session}:")
+                self._gate.forget_session()

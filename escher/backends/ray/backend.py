@@ -14,6 +14,7 @@ from escher.backends.ray._entry import Entry
 from escher.backends.ray._gang import Gang, bundle_selector_supported
 from escher.backends.ray._gangfit import gang_unfit_reason
 from escher.backends.ray._garbage import LeaseKeeper, collect
+from escher.backends.ray._gate import NodeAgents
 from escher.backends.ray._ledger import LedgerStore
 from escher.backends.ray._requests import RequestSplitter
 from escher.backends.ray._resize import ResizeStore, probe_resize
@@ -159,6 +160,7 @@ class RayBackend(Backend):
         self._splitter = RequestSplitter(self._cache)
         self._control_handle: Any = None
         self._store = self._make_store(config, timeout)
+        self._agents = NodeAgents(config.prefix, config.namespace, timeout)
         self._table = TaskTable(
             session_id=self.session_id,
             config=config,
@@ -166,10 +168,13 @@ class RayBackend(Backend):
             timeout=timeout,
             explain_wait=self._explain_wait,
             nodes=self._cache,
+            agents=self._agents,
+            arm_nodes=driver,
         )
         self._lease: LeaseKeeper | None = None
         if driver:
             self.control()  # create it now: fail early, and not inside the first task
+            self._table.arm_nodes()  # the start gate's node agents (they arm in the background)
             self._lease = LeaseKeeper(self.control, self.session_id, self._lease_seconds)
             self._lease.start()
 
@@ -236,7 +241,7 @@ class RayBackend(Backend):
                     handle = (
                         ray.remote(ControlActor)
                         .options(**actor_options(name, namespace, head_node_id() is not None))
-                        .remote()
+                        .remote(namespace)
                     )
                 try:
                     wait_for(handle.ping.remote(), self._timeout)
@@ -480,7 +485,12 @@ class RayBackend(Backend):
         custom resources; ledger mode: the table's entries); never a live session's."""
         try:
             return collect(
-                self.control, self._store, self._prefix, dry_run=dry_run, timeout=self._timeout
+                self.control,
+                self._store,
+                self._prefix,
+                self._agents,
+                dry_run=dry_run,
+                timeout=self._timeout,
             )
         except EscherError:
             raise

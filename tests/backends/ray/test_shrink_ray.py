@@ -1,9 +1,13 @@
 """Resize mode: a shrink below what is in use holds back every late task, including one
 that Ray would start on the freed unit at once (queued at the raylet, or given the
-finished holder's worker lease by its owner)."""
+finished holder's worker lease by its owner). Each test runs twice: with the nodes armed
+(tasks read the node's own copy of its marker) and with none armed (tasks read the
+control store)."""
 
 from __future__ import annotations
 
+import os
+import uuid
 from typing import Any
 
 import pytest
@@ -21,11 +25,30 @@ pytestmark = pytest.mark.ray
 WAIT = 60.0
 
 
-@pytest.fixture
-def backend(ray_cluster: Any) -> Any:
-    backend = make_backend(ray_cluster, mode="resize")
+@pytest.fixture(params=["armed", "not armed"])
+def backend(ray_cluster: Any, request: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    from escher.backends.ray._gate import NodeAgents
+    from escher.backends.ray._nodegate import ARMED, node_dir
+
+    prefix = f"shrink{uuid.uuid4().hex[:6]}_"  # a prefix of its own: armed or not
+    if request.param == "not armed":
+        monkeypatch.setattr(NodeAgents, "ensure", lambda self, nodes: None)
+    backend = make_backend(ray_cluster, mode="resize", prefix=prefix)
+    if request.param == "armed":
+        nodes = list(backend.get_cluster_state().nodes)
+        assert wait_until(
+            lambda: all(os.path.exists(os.path.join(node_dir(prefix, n), ARMED)) for n in nodes),
+            WAIT,
+        )
     yield backend
     backend.close()
+
+
+def _copy_on_node(backend: RayBackend, node: str) -> frozenset[str] | None:
+    """The node's own copy of its marker (None if the node is not armed)."""
+    from escher.backends.ray._nodegate import node_dir, shrinks_here
+
+    return shrinks_here(node_dir(backend.prefix, node))
 
 
 def _worker(backend: RayBackend) -> str:
@@ -58,6 +81,8 @@ def test_a_task_of_the_holders_shape_does_not_take_the_freed_unit(
     try:
         assert wait_until(first.started, WAIT)
         assert backend.set_resource(label, 0, node) == (node,)
+        copy = _copy_on_node(backend, node)
+        assert copy is None or backend.ray_resource_name(label) in copy  # before it returned
         assert label not in backend.get_cluster_state().node(node).total
         open(gates[0], "w").close()
         assert first.result(WAIT) == node
@@ -65,6 +90,7 @@ def test_a_task_of_the_holders_shape_does_not_take_the_freed_unit(
         assert not wait_until(late.started, 1.5)
         assert late.status.code is not StatusCode.SCHEDULED
         backend.set_resource(label, 1, node)  # room again: it runs
+        assert not _copy_on_node(backend, node)  # the write ended the shrink
         open(gates[1], "w").close()
         assert late.result(WAIT) == node
     finally:

@@ -1,4 +1,4 @@
-"""The task path's pieces on a real Ray: the completion callback that settles attempts and
+"""The task path's pieces on a real Ray: the waiter that settles attempts in batches and
 the worker's reuse of a node's shrink-marker read (the lease that keeps it safe)."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import pytest
 pytest.importorskip("ray")
 
 from escher.backends.ray import _shrink
-from escher.backends.ray._completion import on_completed
+from escher.backends.ray._state import kv_client
+from escher.backends.ray._waiter import Waiter
 
 pytestmark = pytest.mark.ray
 
@@ -28,34 +29,30 @@ def _raises() -> None:
     raise KeyError("boom")
 
 
-class _FutureOnly:
-    """An ObjectRef seen through `future()` alone (a Ray without `_on_completed`)."""
+def test_the_waiter_reports_each_value_or_rays_error_once(ray_cluster: Any) -> None:
+    import threading
 
-    def __init__(self, ref: Any) -> None:
-        self._ref = ref
-
-    def future(self) -> Any:
-        return self._ref.future()
-
-
-@pytest.mark.parametrize("through_future", [False, True])
-def test_completion_callback_gets_the_value_or_rays_error(
-    ray_cluster: Any, through_future: bool
-) -> None:
     import ray
     import ray.exceptions as rex
 
-    got: queue.SimpleQueue[Any] = queue.SimpleQueue()
-    ok = ray.remote(_value).options(max_retries=0).remote(1)
-    bad = ray.remote(_raises).options(max_retries=0).remote()
-    for ref in (ok, bad):
-        on_completed(_FutureOnly(ref) if through_future else ref, got.put)
-    outcomes = [got.get(timeout=WAIT), got.get(timeout=WAIT)]
-    assert 2 in outcomes
-    errors = [o for o in outcomes if isinstance(o, BaseException)]
-    assert len(errors) == 1
-    assert isinstance(errors[0], rex.RayTaskError)
-    assert isinstance(errors[0].cause, KeyError)
+    got: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+    waiter = Waiter(lambda key, outcome: got.put((key, outcome)), WAIT)
+    ok, bad = ray.remote(_value).options(max_retries=0), ray.remote(_raises).options(max_retries=0)
+    try:
+        for i in range(50):
+            waiter.add(ok.remote(i), f"ok{i}")
+        waiter.add(bad.remote(), "bad")
+        late = threading.Thread(target=lambda: waiter.add(ok.remote(100), "late"))
+        late.start()  # added while the waiter waits
+        late.join()
+        outcomes = dict(got.get(timeout=WAIT) for _ in range(52))
+    finally:
+        waiter.close()
+    assert got.empty()  # each once
+    assert {outcomes[f"ok{i}"] for i in range(50)} == set(range(1, 51))
+    assert outcomes["late"] == 101
+    assert isinstance(outcomes["bad"], rex.RayTaskError)
+    assert isinstance(outcomes["bad"].cause, KeyError)
 
 
 class _Clock:
@@ -70,7 +67,7 @@ def test_a_marker_read_is_reused_for_its_ttl_only(ray_cluster: Any) -> None:
     """Within `MARKER_TTL` of sending it, a read answers for the node; after, the marker is
     read again (a shrink published meanwhile is seen)."""
     prefix, node = f"escher-mc-{uuid.uuid4().hex[:6]}_", "n1"
-    kv, key = _shrink._kv(), f"{prefix}{node}".encode()
+    kv, key = kv_client(), f"{prefix}{node}".encode()
     clock = _Clock()
     cache = _shrink.MarkerCache(clock)
     try:
@@ -112,7 +109,7 @@ def test_a_restarted_control_actor_still_holds_back_for_a_published_shrink(
         assert restarted.admit(prefix, node, {f"{prefix}other": 1.0})
         assert _shrink.MarkerCache().names(prefix, node, WAIT) == {name}
     finally:
-        _shrink._kv().internal_kv_del(key, False, _shrink.NAMESPACE)
+        kv_client().internal_kv_del(key, False, _shrink.NAMESPACE)
 
 
 def test_a_write_seen_before_the_markers_load_ends_the_shrink_it_replaced(
@@ -122,7 +119,7 @@ def test_a_write_seen_before_the_markers_load_ends_the_shrink_it_replaced(
     it loads the markers does not bring the replaced shrink back, and drops its marker."""
     prefix, node = f"escher-rw-{uuid.uuid4().hex[:6]}_", _node_id()
     name, key = f"{prefix}slot", f"{prefix}{node}".encode()
-    kv = _shrink._kv()
+    kv = kv_client()
     try:
         _shrink.ShrinkGate(None).set_pending(prefix, node, {name: 0.0}, 10.0)
         restarted = _shrink.ShrinkGate(None)

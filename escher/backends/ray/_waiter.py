@@ -1,0 +1,97 @@
+"""Learns the ends of submitted attempts in batches: one thread waits on Ray for all of them
+at once (`ray.wait`) and fetches what is ready together, instead of one completion callback
+per task (which costs Ray's I/O thread and a hand-over per task)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from escher.backends.ray._state import ray_up
+
+#: Seconds one wait on Ray lasts at most (a batch is what ended meanwhile) ...
+STEP = 0.005
+#: ... plus this per outstanding attempt (a wait's cost grows with them).
+STEP_PER_ATTEMPT = 2e-6
+
+
+class Waiter:
+    """Hands each attempt's outcome (its value, or the exception Ray stored instead) to
+    `on_done(key, outcome)`, on a thread of its own.
+
+    Args:
+        on_done: Settles one attempt (must not raise; it runs on the waiter's thread).
+        timeout: Seconds a fetch of ready results may take.
+    """
+
+    def __init__(self, on_done: Callable[[str, Any], None], timeout: float) -> None:
+        self._on_done = on_done
+        self._timeout = timeout
+        self._cond = threading.Condition()
+        self._new: list[tuple[Any, str]] = []
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def add(self, object_ref: Any, key: str) -> None:
+        """Wait for `object_ref`, the attempt `key`."""
+        with self._cond:
+            self._new.append((object_ref, key))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="escher-ray-wait", daemon=True
+                )
+                self._thread.start()
+            elif len(self._new) == 1:
+                self._cond.notify()
+
+    def close(self) -> None:
+        """Stop waiting (what is outstanding is not reported)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=2.0)
+
+    def _run(self) -> None:
+        import ray
+
+        pending: dict[Any, str] = {}
+        while True:
+            with self._cond:
+                while not self._new and not pending and not self._closed:
+                    self._cond.wait(0.5)
+                    if not ray_up():
+                        return
+                if self._closed:
+                    return
+                new, self._new = self._new, []
+            pending.update(new)
+            try:
+                refs = list(pending)
+                step = STEP + STEP_PER_ATTEMPT * len(refs)
+                ready, _ = ray.wait(refs, num_returns=len(refs), timeout=step, fetch_local=False)
+            except Exception:
+                if not ray_up():
+                    return
+                continue
+            if ready:
+                for ref, outcome in zip(ready, self._fetch(ready), strict=True):
+                    self._on_done(pending.pop(ref), outcome)
+
+    def _fetch(self, ready: list[Any]) -> list[Any]:
+        """The outcomes of ready attempts: together, or one by one where one failed."""
+        import ray
+
+        try:
+            return list(ray.get(ready, timeout=self._timeout))
+        except Exception:
+            pass
+        outcomes: list[Any] = []
+        for ref in ready:
+            try:
+                outcomes.append(ray.get(ref, timeout=self._timeout))
+            except Exception as exc:
+                outcomes.append(exc)
+        return outcomes
