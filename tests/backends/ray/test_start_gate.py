@@ -195,16 +195,19 @@ def test_what_settled_attempts_leave_is_removed(ray_backend: Any, tmp_path: Any)
     assert wait_until(lambda: _armed(backend.prefix, nodes), timeout=WAIT)
     done = [backend.launch(TaskSpec(_quick, resources=Resources({"CPU": 0.1}))) for _ in range(20)]
     escher.get(done, timeout=WAIT)
-    cpus = sum(backend.get_cluster_state().nodes[n].total.get("CPU", 0) for n in nodes)
+    cpus = ray.cluster_resources().get("CPU", 0)  # Ray's own count: every CPU is taken
     blockers = [
         backend.launch(
             TaskSpec(_block_until, args=(str(release),), resources=Resources({"CPU": 1}))
         )
         for _ in range(int(cpus))
     ]
-    waiting = [backend.launch(TaskSpec(_quick, resources=Resources({"CPU": 1}))) for _ in range(4)]
     assert wait_until(lambda: all(b.started() for b in blockers), timeout=WAIT)
-    assert all(w.cancel() for w in waiting)  # queued behind the blockers: never started
+    # Launched once every CPU is taken (Ray does not start tasks of different functions
+    # in launch order): they wait in Ray's queue, submitted, and never start.
+    waiting = [backend.launch(TaskSpec(_quick, resources=Resources({"CPU": 1}))) for _ in range(4)]
+    said = [w.cancel() for w in waiting]
+    assert all(said), [(ok, w.state, w.status) for ok, w in zip(said, waiting, strict=True)]
     release.touch()
     escher.get(blockers, timeout=WAIT)
     assert all(w.state is TaskState.CANCELLED for w in waiting)
