@@ -26,6 +26,7 @@ from escher.backends.ray._nodegate import (
     NodeGateAgent,
     agent_name,
     agent_options,
+    find_agent,
     registered,
     unregister,
 )
@@ -75,11 +76,9 @@ class NodeAgents:
 
     def handle(self, node: str) -> Any:
         """The agent of `node` (looked up by name if this process did not start it)."""
-        import ray
-
         known = self._handles.get(node)
         if known is None:
-            known = ray.get_actor(agent_name(self._prefix, node), namespace=self._namespace)
+            known = find_agent(self._prefix, node, self._namespace)
             with self._lock:
                 self._handles.setdefault(node, known)
         return known

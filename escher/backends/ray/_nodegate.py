@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import json
 import os
-import re
 import shutil
 import tempfile
 from collections.abc import Collection, Iterable
@@ -30,7 +29,7 @@ from typing import Any
 
 from escher.backends.ray._shrink import NAMESPACE as SHRINK_NAMESPACE
 from escher.backends.ray._shrink import marker_key
-from escher.backends.ray._state import kv_client
+from escher.backends.ray._state import is_node_id, kv_client
 
 #: The control-store namespace where agents register (key: prefix + node id).
 REGISTRY = b"escher-gate-nodes"
@@ -45,9 +44,6 @@ STORE_NAMESPACE = b"escher-gate"
 SHRINK_MARKER = "shrink-marker.json"
 #: Seconds the control actor waits for an agent to take a marker (a dead node's never does).
 COPY_TIMEOUT = 10.0
-
-#: Ray's node ids: 28 bytes in hex.
-_NODE_ID = re.compile(r"[0-9a-f]{56}")
 
 _armed: set[str] = set()  # node folders this process saw armed (it never goes back)
 _made: set[str] = set()  # session folders this process made
@@ -191,12 +187,19 @@ def agent_name(prefix: str, node: str) -> str:
     return f"escher-gate-{prefix}{node}"
 
 
+def find_agent(prefix: str, node: str, namespace: str | None) -> Any:
+    """The handle of `node`'s agent, looked up by name (ValueError if there is none)."""
+    import ray
+
+    return ray.get_actor(agent_name(prefix, node), namespace=namespace)
+
+
 def registered(prefix: str) -> list[str]:
     """Nodes whose agent registered (some may have died since). Only node ids follow the
     prefix: another prefix that starts with this one is not mistaken for it."""
     cut = len(prefix)
     found = (k.decode()[cut:] for k in kv_client().internal_kv_keys(prefix.encode(), REGISTRY))
-    return [node for node in found if _NODE_ID.fullmatch(node)]
+    return [node for node in found if is_node_id(node)]
 
 
 def unregister(prefix: str, node: str) -> None:
@@ -233,7 +236,6 @@ async def copy_markers(prefix: str, changed: dict[str, list[str]], namespace: st
     """Control actor: send each changed marker (node -> Ray names) to the node's agent and
     wait until it took it. A node without an agent needs none (its tasks read the control
     store); one whose agent does not answer within `COPY_TIMEOUT` is taken for dead."""
-    import ray
 
     calls = []
     for node, names in changed.items():
@@ -242,7 +244,7 @@ async def copy_markers(prefix: str, changed: dict[str, list[str]], namespace: st
         try:
             handle = _agents.get((prefix, node))
             if handle is None:
-                handle = ray.get_actor(agent_name(prefix, node), namespace=namespace)
+                handle = find_agent(prefix, node, namespace)
                 _agents[(prefix, node)] = handle
             calls.append(handle.set_shrink_marker.remote(names))
         except Exception:

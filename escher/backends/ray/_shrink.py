@@ -45,7 +45,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from escher.backends.ray._state import ResizeCall, kv_client
+from escher.backends.ray._state import ResizeCall, is_node_id, kv_client
 from escher.core.resources import EPSILON
 
 #: What a task returns when it was held back for a pending shrink (body not run).
@@ -61,8 +61,6 @@ SHRINK_LEASE = 0.25
 
 #: Ray's names of a placement group's bundle resources: "<name>_group_[<index>_]<pg id>".
 _BUNDLE_NAME = re.compile(r"_group_(\d+_)?[0-9a-f]{36}$")
-#: Ray's node ids: 28 bytes in hex.
-_NODE_ID = re.compile(r"[0-9a-f]{56}")
 
 
 def marker_key(prefix: str, node: str) -> bytes:
@@ -268,7 +266,7 @@ class ShrinkGate:
 
 def _is_marker(prefix: str, key: bytes) -> bool:
     """Whether control-store key `key` is a marker of `prefix` (the rest is a node id)."""
-    return _NODE_ID.fullmatch(key.decode()[len(prefix) :]) is not None
+    return is_node_id(key.decode()[len(prefix) :])
 
 
 def _parse(raw: bytes) -> dict[str, tuple[float, float]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 import time
@@ -275,3 +276,12 @@ def kv_client() -> Any:
     if client is None:
         raise RuntimeError("Ray is not connected (no GCS client)")
     return client
+
+
+#: Ray's node ids: 28 bytes in hex.
+_NODE_ID = re.compile(r"[0-9a-f]{56}")
+
+
+def is_node_id(text: str) -> bool:
+    """Whether `text` is a Ray node id (what follows a prefix in escher's per-node keys)."""
+    return _NODE_ID.fullmatch(text) is not None
