@@ -25,11 +25,12 @@ The contract, in one place:
 from __future__ import annotations
 
 import enum
+import functools
 import threading
 import uuid
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
@@ -321,8 +322,13 @@ class Backend(ABC):
         if not ref.done():
             with self._live_lock:
                 self._live[ref.id] = ref
-            ref.add_done_callback(self._untrack)
+            ref.add_done_callback(self._untrack_callback)
         return ref
+
+    @functools.cached_property
+    def _untrack_callback(self) -> Callable[[TaskRef], None]:
+        """`_untrack`, bound once (not a new method object for every task)."""
+        return self._untrack
 
     def _untrack(self, ref: TaskRef) -> None:
         with self._live_lock:

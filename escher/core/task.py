@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import functools
 import itertools
 import math
 import numbers
@@ -65,6 +66,16 @@ class Status:
 
     def __str__(self) -> str:
         return f"{self.code.value}: {self.reason}" if self.reason else self.code.value
+
+
+#: The status every handle starts with.
+_PENDING = Status(StatusCode.PENDING)
+
+
+@functools.lru_cache(maxsize=1024)
+def _scheduled_on(node_id: str) -> Status:
+    """The status of a task placed on `node_id` (one value per node)."""
+    return Status(StatusCode.SCHEDULED, f"on {node_id}")
 
 
 @dataclass(frozen=True)
@@ -228,15 +239,18 @@ class TaskRef:
         self.spec = spec
         self._canceller = canceller
         self._waiter = waiter
-        self._cond = threading.Condition()
+        # A handle is cheap: one lock; an event only once someone waits on it unfinished,
+        # a callback list only once one is added.
+        self._lock = threading.Lock()
+        self._finished: threading.Event | None = None
         self._state = TaskState.PENDING
-        self._status = Status(StatusCode.PENDING)
+        self._status = _PENDING
         self._node_id: str | None = None
         self._value: Any = None
         self._error: BaseException | None = None
         self._attempts = 0
         self._retries = 0
-        self._callbacks: list[Callable[[TaskRef], None]] = []
+        self._callbacks: list[Callable[[TaskRef], None]] | None = None
 
     # --- what users read -------------------------------------------------------------
     @property
@@ -287,13 +301,14 @@ class TaskRef:
             )
         if self._waiter is not None and not self.done():
             self._waiter(self, timeout)
-        with self._cond:
-            if timeout is None:
-                while not self._state.final:
-                    self._cond.wait()
-            else:
-                self._cond.wait_for(lambda: self._state.final, timeout)
-            return self._state.final
+        with self._lock:
+            if self._state.final:
+                return True
+            if self._finished is None:
+                self._finished = threading.Event()
+            finished = self._finished
+        finished.wait(timeout)
+        return self._state.final
 
     def result(self, timeout: float | None = None) -> Any:
         """The task's return value, waiting up to `timeout` seconds.
@@ -334,8 +349,10 @@ class TaskRef:
 
     def add_done_callback(self, fn: Callable[[TaskRef], None]) -> None:
         """Call `fn(self)` once the task is done (at once if it already is)."""
-        with self._cond:
+        with self._lock:
             if not self._state.final:
+                if self._callbacks is None:
+                    self._callbacks = []
                 self._callbacks.append(fn)
                 return
         fn(self)
@@ -356,7 +373,7 @@ class TaskRef:
 
     def set_status(self, status: Status) -> None:
         """Backends: record the latest scheduling outcome (while the task is not final)."""
-        with self._cond:
+        with self._lock:
             if not self._state.final:
                 self._status = status
 
@@ -366,13 +383,13 @@ class TaskRef:
         Returns:
             False if the task is already final (e.g. cancelled): do not run it.
         """
-        with self._cond:
+        with self._lock:
             if self._state.final:
                 return False
             self._node_id = node_id
             self._attempts += 1
             self._state = TaskState.RUNNING
-            self._status = Status(StatusCode.SCHEDULED, f"on {node_id}")
+            self._status = _scheduled_on(node_id)
             return True
 
     def may_retry(self, cause: RetryCause) -> bool:
@@ -386,7 +403,7 @@ class TaskRef:
         again with `reason` and the backend queues it anew; on False nothing changed and
         the backend settles it with `set_exception`.
         """
-        with self._cond:
+        with self._lock:
             if self._state.final or not retry_allowed(self.spec, self._retries, cause):
                 return False
             self._retries += 1
@@ -412,13 +429,15 @@ class TaskRef:
         )
 
     def _settle(self, state: TaskState, value: Any, error: BaseException | None) -> bool:
-        with self._cond:
+        with self._lock:
             if self._state.final:
                 return False
             self._state, self._value, self._error = state, value, error
-            callbacks, self._callbacks = self._callbacks, []
-            self._cond.notify_all()
-        for callback in callbacks:
+            callbacks, self._callbacks = self._callbacks, None
+            finished = self._finished
+        if finished is not None:
+            finished.set()
+        for callback in callbacks or ():
             callback(self)
         return True
 

@@ -32,6 +32,8 @@ from escher.core.resources import give_back
 Write = tuple[str, str, float, float]
 #: (key, units, candidate nodes)
 Request = tuple[str, Mapping[str, float], Sequence[str]]
+#: (node, units): units acquired on node, given back
+Release = tuple[str, Mapping[str, float]]
 
 
 class ControlActor:
@@ -166,9 +168,13 @@ class ControlActor:
             {n: dict(u) for n, u in self._used.items() if u},
         )
 
-    async def acquire(self, requests: Sequence[Request]) -> dict[str, str]:
-        """Grant, in order, each (key, units, candidate nodes) some node whose free units cover
-        `units`; return key -> node for the granted ones (the units are now used)."""
+    async def acquire(
+        self, requests: Sequence[Request], releases: Sequence[Release] = ()
+    ) -> dict[str, str]:
+        """Give back `releases` first; then grant, in order, each (key, units, candidate nodes)
+        some node whose free units cover `units`; return key -> node for the granted ones
+        (the units are now used)."""
+        self._give_back_all(releases)
         granted: dict[str, str] = {}
         for key, units, candidates in requests:
             node = self._grant(units, candidates)
@@ -178,9 +184,12 @@ class ControlActor:
             self._version += 1
         return granted
 
-    async def acquire_all(self, requests: Sequence[Request]) -> list[str] | None:
-        """Grant every request or none (a gang): per request its node ("" when it asks for
-        no units), or None when they do not all fit now."""
+    async def acquire_all(
+        self, requests: Sequence[Request], releases: Sequence[Release] = ()
+    ) -> list[str] | None:
+        """Give back `releases` first; then grant every request or none (a gang): per request
+        its node ("" when it asks for no units), or None when they do not all fit now."""
+        self._give_back_all(releases)
         nodes: list[str] = []
         taken: list[tuple[str, Mapping[str, float]]] = []
         for _, units, candidates in requests:
@@ -213,6 +222,12 @@ class ControlActor:
 
     def _give_back(self, node: str, units: Mapping[str, float]) -> None:
         give_back(self._used.get(node, {}), units)
+
+    def _give_back_all(self, releases: Sequence[Release]) -> None:
+        for node, units in releases:
+            self._give_back(node, units)
+        if releases:
+            self._version += 1
 
     async def purge(self, alive: Sequence[str]) -> None:
         """Forget the table and owner marks of nodes that left the cluster."""

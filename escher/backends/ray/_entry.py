@@ -40,14 +40,15 @@ class GangHook(Protocol):
         """Cancel every member if the gang was not placed yet; True if it was not."""
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Entry:
     """One launched task, tracked until it settles.
 
     Attributes:
         ref: Its handle.
         request: Its request split for Ray.
-        options: Ray options of every attempt (without a scheduling strategy).
+        options: Ray options of every attempt (without a scheduling strategy); shared by
+            the entries of one request: never changed.
         key: The current attempt's key in this process's task table (``<n>.<retry>``).
         object_ref: Ray's ObjectRef of the current attempt, once submitted.
         task_id: Ray's task id (hex) of the current attempt while it is with Ray: its name
@@ -72,7 +73,6 @@ class Entry:
     gang: GangHook | None = None
     strategy: Any = None
     where: str | None = None
-    notes: dict[str, Any] = field(default_factory=dict)
 
     @property
     def spec(self) -> TaskSpec:

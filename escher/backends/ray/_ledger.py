@@ -4,7 +4,8 @@ For Ray versions without a working resize call. The control actor holds node -> 
 (total, used) and grants units atomically; a dispatcher thread in the launching process
 keeps the tasks that wait for units (FIFO, but a waiting task does not block others), asks
 the actor for grants, and submits granted tasks pinned with `NodeAffinitySchedulingStrategy`.
-Ray still accounts for CPU, GPU and memory on the chosen node.
+Ray still accounts for CPU, GPU and memory on the chosen node. Units given back travel with
+the next grant call (one actor call for a batch of grants and releases, not one per task).
 """
 
 from __future__ import annotations
@@ -16,7 +17,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from escher.backends.ray._entry import Entry
-from escher.backends.ray._state import RawView, keep_running, ray_up, wait_for, wakeups
+from escher.backends.ray._state import (
+    RawView,
+    keep_running,
+    node_affinity,
+    ray_up,
+    wait_for,
+    wakeups,
+)
 from escher.backends.ray._store import EphemeralStore, EphemeralView, Submit, WritePlan
 from escher.core.errors import UnknownNodeError
 from escher.core.resources import Resources
@@ -52,6 +60,7 @@ class LedgerStore(EphemeralStore):
         self._timeout = timeout
         self._lock = threading.Lock()
         self._waiting: dict[str, Waiting] = {}
+        self._releases: list[tuple[str, dict[str, float]]] = []  # not sent to the actor yet
         self._wake = threading.Event()
         self._closed = False
         self._thread: threading.Thread | None = None
@@ -117,15 +126,29 @@ class LedgerStore(EphemeralStore):
             self._release(node, entry.request.labels)
 
     def _release(self, node: str, units: Mapping[str, float]) -> None:
-        with contextlib.suppress(Exception):  # actor calls keep their order
-            self._control().release.remote(node, dict(units))
+        """Give back `units` on `node` with the dispatcher's next actor call."""
+        with self._lock:
+            self._releases.append((node, dict(units)))
+            self._thread = keep_running(self._thread, self._run, "escher-ray-ledger")
         self._wake.set()
+
+    def _take_releases(self) -> list[tuple[str, dict[str, float]]]:
+        with self._lock:
+            releases, self._releases = self._releases, []
+        return releases
 
     def reserve_gang(self, entries: Sequence[Entry]) -> list[str] | None:
         requests = [
             (e.key, dict(e.request.labels), self._candidates(e.request.physical)) for e in entries
         ]
-        granted = wait_for(self._control().acquire_all.remote(requests), self._timeout)
+        releases = self._take_releases()
+        try:
+            call = self._control().acquire_all.remote(requests, releases)
+        except Exception:
+            with self._lock:
+                self._releases[:0] = releases
+            raise
+        granted = wait_for(call, self._timeout)
         if granted is None:
             return None
         for entry, node in zip(entries, granted, strict=True):
@@ -150,12 +173,19 @@ class LedgerStore(EphemeralStore):
         for _ in wakeups(self._wake, 0.1, self._running):
             with self._lock:
                 batch = list(self._waiting.values())
-                if not batch:
+                releases, self._releases = self._releases, []
+                if not batch and not releases:
                     self._thread = None
                     return
             requests = [(w.key, w.units, self._candidates(w.physical)) for w in batch]
             try:
-                granted = wait_for(self._control().acquire.remote(requests), self._timeout)
+                call = self._control().acquire.remote(requests, releases)
+            except Exception:  # not sent: the releases go with the next round
+                with self._lock:
+                    self._releases[:0] = releases
+                continue
+            try:  # sent: its releases are never sent again (they would count twice)
+                granted = wait_for(call, self._timeout)
             except Exception:  # the actor is restarting or busy: retry on the next round
                 continue
             for item in batch:
@@ -187,13 +217,15 @@ class LedgerStore(EphemeralStore):
         self._wake.set()
         with self._lock:
             self._waiting = {}
+        releases = self._take_releases()
+        if releases:
+            with contextlib.suppress(Exception):
+                self._control().acquire.remote([], releases)
 
 
 def pinned(node: str) -> Any:
     """A hard node-affinity scheduling strategy for `node`."""
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    return NodeAffinitySchedulingStrategy(node, soft=False)
+    return node_affinity(node, soft=False)
 
 
 class _LedgerRead:

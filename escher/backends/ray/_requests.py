@@ -28,12 +28,28 @@ class RequestSplitter:
         self._cache = cache
         self._fits: dict[Resources, bool] = {}  # physical request -> some node's total fits
         self._generation = -1
+        # request -> its split, while the application-defined names stay the same: tasks
+        # with equal requests share one (read-only) split
+        self._splits: dict[Resources, SplitRequest] = {}
+        self._splits_app: frozenset[str] = frozenset()
 
     def _node_defined(self, name: str, app: frozenset[str]) -> bool:
         return name in _BUILTIN or name in app or is_node_defined(name) or not is_label(name)
 
     def split(self, request: Resources) -> SplitRequest:
-        """Ray task options for the node-defined part; the ephemeral labels apart."""
+        """Ray task options for the node-defined part; the ephemeral labels apart (one
+        object for equal requests: never change it)."""
+        app = self._cache.app_names()
+        if app is not self._splits_app:
+            self._splits, self._splits_app = {}, app
+        known = self._splits.get(request)
+        if known is None:
+            known = self._split(request, app)
+            if len(self._splits) < 4096:
+                self._splits[request] = known
+        return known
+
+    def _split(self, request: Resources, app: frozenset[str]) -> SplitRequest:
         options: dict[str, Any] = {"num_cpus": request.get("CPU", 0.0)}
         if request.get("GPU"):
             options["num_gpus"] = request["GPU"]
@@ -42,7 +58,6 @@ class RequestSplitter:
         custom: dict[str, float] = {}
         labels: dict[str, float] = {}
         physical: dict[str, float] = {}
-        app = self._cache.app_names()
         for name, quantity in request.items():
             if not self._node_defined(name, app):
                 labels[name] = quantity

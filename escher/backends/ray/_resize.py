@@ -32,6 +32,7 @@ from escher.backends.ray._state import (
     RawView,
     is_ray_internal,
     keep_running,
+    node_affinity,
     ray_up,
     resize_call,
     wait_for,
@@ -353,12 +354,7 @@ class ResizeStore(EphemeralStore):
         own resources is current, while the rest of Ray learns of them about 100 ms later.
         If the label is gone, Ray schedules the task as usual."""
         hint = self._hint(entry.request.labels)
-        strategy: Any = None
-        if hint is not None:
-            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-            strategy = NodeAffinitySchedulingStrategy(hint, soft=True)
-        submit(entry, strategy)
+        submit(entry, None if hint is None else node_affinity(hint, soft=True))
 
     def _hint(self, labels: Mapping[str, float]) -> str | None:
         at, where = self._fresh

@@ -58,16 +58,27 @@ def worker_backend(config: WorkerConfig) -> Any:
     return backend
 
 
-def bound_runner(config: WorkerConfig, fn: Callable[..., Any]) -> Callable[..., Any]:
+def bound_runner(
+    config: WorkerConfig, fn: Callable[..., Any], *, with_args: bool
+) -> Callable[..., Any]:
     """`run_task` with `config` and `fn` bound: for a function launched again and again, Ray
-    then ships both once (when it exports the remote function), not with every task. A task
-    without arguments is sent none (Ray serializes each argument on its own)."""
+    then ships both once (when it exports the remote function), not with every task.
+    Without `with_args` it takes no parameters: Ray then neither checks nor flattens the
+    arguments of each call (it does for any signature with parameters)."""
+    name = getattr(fn, "__name__", "escher_task")
+    if with_args:
 
-    def escher_task(args: tuple[Any, ...] = (), kwargs: Mapping[str, Any] | None = None) -> Any:
-        return run_task(config, fn, args, kwargs or {})
+        def escher_task(args: tuple[Any, ...] = (), kwargs: Mapping[str, Any] | None = None) -> Any:
+            return run_task(config, fn, args, kwargs or {})
 
-    escher_task.__name__ = escher_task.__qualname__ = getattr(fn, "__name__", "escher_task")
-    return escher_task
+        escher_task.__name__ = escher_task.__qualname__ = name
+        return escher_task
+
+    def escher_task_without_args() -> Any:
+        return run_task(config, fn, (), {})
+
+    escher_task_without_args.__name__ = escher_task_without_args.__qualname__ = name
+    return escher_task_without_args
 
 
 def run_task(
@@ -76,8 +87,9 @@ def run_task(
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any],
 ) -> Any:
-    """Run `fn(*args, **kwargs)` as an escher task; return (node, value), with
-    `CLAIMED_IN_STORE` appended if it claimed its start in the control store."""
+    """Run `fn(*args, **kwargs)` as an escher task; return [node, value], with
+    `CLAIMED_IN_STORE` appended if it claimed its start in the control store. (A list: Ray
+    packs one as it packs plain values, a tuple it pickles, about five times the cost.)"""
     import ray
 
     backend = worker_backend(config)
@@ -86,14 +98,14 @@ def run_task(
     try:
         folder = _folders.get(config.prefix) or _folder(config.prefix, node)
         if config.mode == "resize" and not _shrink_allows(backend, config.prefix, node, folder):
-            return WAIT_FOR_SHRINK, node  # body not run; the unit goes back to Ray
+            return [WAIT_FOR_SHRINK, node]  # body not run; the unit goes back to Ray
         task_id = ray.get_runtime_context().get_task_id() or ""
         claimed = claim_here(folder, config.session_id, task_id)
         if claimed is None:  # this node is not armed yet
             in_store = True
             claimed = claim(config.prefix, f"{config.session_id}:{task_id}", node, CLAIM_TIMEOUT)
     except Exception as exc:
-        return GATE_FAILED, node, f"{type(exc).__name__}: {exc}"
+        return [GATE_FAILED, node, f"{type(exc).__name__}: {exc}"]
     if not claimed:
         return CANCELLED
     try:
@@ -101,7 +113,7 @@ def run_task(
     finally:
         # Whoever gets the result (or the error) may read what the body wrote: share it now.
         backend.flush_writes()
-    return (node, value, CLAIMED_IN_STORE) if in_store else (node, value)
+    return [node, value, CLAIMED_IN_STORE] if in_store else [node, value]
 
 
 def _folder(prefix: str, node: str) -> str:

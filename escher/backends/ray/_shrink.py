@@ -134,7 +134,7 @@ def marker_stale(prefix: str, node: str) -> None:
 
 def waits_for_shrink(out: Any) -> bool:
     """True if a task's return value says it was held back (see `WAIT_FOR_SHRINK`)."""
-    return isinstance(out, tuple) and len(out) == 2 and out[0] == WAIT_FOR_SHRINK
+    return isinstance(out, list) and len(out) == 2 and out[0] == WAIT_FOR_SHRINK
 
 
 # --- the control actor's part -----------------------------------------------------------

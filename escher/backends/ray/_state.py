@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import socket
 import threading
@@ -15,6 +16,15 @@ from escher.core.resources import Resources
 #: Resources Ray defines on every node; escher never creates, resizes or deletes these.
 RAY_PREDEFINED = frozenset({"CPU", "GPU", "memory", "object_store_memory"})
 _PREDEFINED_PREFIXES = ("node:", "accelerator_type:")
+
+
+@functools.lru_cache(maxsize=4096)
+def node_affinity(node: str, soft: bool) -> Any:
+    """Ray's `NodeAffinitySchedulingStrategy` for `node`: one object per (node, soft), so the
+    task table can cache the Ray options made with it."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return NodeAffinitySchedulingStrategy(node, soft=soft)
 
 
 def ray_up() -> bool:

@@ -110,14 +110,20 @@ class TaskTable:
         self._parked: list[tuple[float, Entry]] = []  # retries waiting for Ray to drop dead nodes
         self._held: list[Entry] = []  # held back by a pending shrink: submitted again soon
         self._remote = ray.remote(run_task)
-        self._option_cache: dict[Any, Any] = {}
+        self._option_cache: dict[tuple[Any, ...], tuple[Any, Any, Any, Any]] = {}
         self._seen: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
-        self._bound: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+        # fn -> its bound remote functions [without arguments, with arguments], made as needed
+        self._bound: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()
         self._bind_lock = threading.Lock()
         self._seq = itertools.count(1)
         self._lock = threading.RLock()
         self._learn_lock = threading.Lock()
         self._by_key: dict[str, Entry] = {}
+        self._by_ref: dict[int, Entry] = {}  # id(handle) -> its live entry
+        self._request_options: dict[int, tuple[SplitRequest, dict[str, Any]]] = {}
+        # One bound method for every handle (a closure per handle would tie each handle and
+        # its entry in a cycle that only Python's cyclic collector frees).
+        self._cancel_handle = self._cancel_ref
         self._by_task_id: dict[str, Entry] = {}  # Ray task id of the current attempt -> entry
         self._waiter = Waiter(self._settle, timeout)
         self._syncer: threading.Thread | None = None
@@ -126,19 +132,36 @@ class TaskTable:
     # --- entries -----------------------------------------------------------------------
     def new_entry(self, spec: TaskSpec, request: SplitRequest) -> Entry:
         """A tracked entry (and its handle) for `spec`; not submitted yet."""
+        key = f"{next(self._seq)}.0"
+        ref = TaskRef(spec, canceller=self._cancel_handle)
+        entry = Entry(ref=ref, request=request, options=self._options_of(request), key=key)
+        with self._lock:
+            self._by_key[key] = entry
+            self._by_ref[id(ref)] = entry
+        return entry
+
+    def _options_of(self, request: SplitRequest) -> dict[str, Any]:
+        """The Ray options of every attempt of a task with `request` (one dict per request
+        object: the splitter hands out one request object per distinct request)."""
+        cached = self._request_options.get(id(request))
+        if cached is not None and cached[0] is request:
+            return cached[1]
         options = dict(request.options)
         extra = self._store.ray_resources(request.labels)
         if extra:
             options["resources"] = {**options.get("resources", {}), **extra}
         options.update(NO_RAY_RETRIES)
-        key = f"{next(self._seq)}.0"
-        holder: list[Entry] = []
-        ref = TaskRef(spec, canceller=lambda _ref: self.cancel(holder[0]))
-        entry = Entry(ref=ref, request=request, options=options, key=key)
-        holder.append(entry)
-        with self._lock:
-            self._by_key[key] = entry
-        return entry
+        if len(self._request_options) > 4096:
+            self._request_options.clear()
+        self._request_options[id(request)] = (request, options)  # keeps the id valid
+        return options
+
+    def _cancel_ref(self, ref: TaskRef) -> bool:
+        """`TaskRef.cancel` of the handles this table made."""
+        entry = self.entry_of(ref)
+        if entry is None:  # settled meanwhile
+            return ref.state is TaskState.CANCELLED
+        return self.cancel(entry)
 
     def live(self) -> list[Entry]:
         """Entries not settled yet."""
@@ -148,7 +171,8 @@ class TaskTable:
     def entry_of(self, ref: TaskRef) -> Entry | None:
         """The live entry of `ref`, if any."""
         with self._lock:
-            return next((e for e in self._by_key.values() if e.ref is ref), None)
+            entry = self._by_ref.get(id(ref))
+        return entry if entry is not None and entry.ref is ref else None
 
     # --- submitting --------------------------------------------------------------------
     def start(self, entry: Entry) -> None:
@@ -184,62 +208,65 @@ class TaskTable:
         self._waiter.add(object_ref, entry.key)
         self._ensure_threads()
 
-    def _remote_for(self, fn: Any) -> tuple[Any, bool]:
+    def _remote_for(self, fn: Any, with_args: bool) -> tuple[Any, bool]:
         """The Ray remote function for `fn`: from its second launch on, one with `fn` bound
-        (Ray ships it once), else the generic runner that takes `fn` as an argument.
+        (Ray ships it once; one without parameters for a call without arguments), else the
+        generic runner that takes `fn` as an argument.
         Returns (remote function, whether `fn` is bound)."""
         import ray
 
         try:
             with self._bind_lock:
                 bound = self._bound.get(fn)
-                if bound is not None:
-                    return bound, True
-                seen = self._seen.get(fn, 0) + 1
-                if seen >= 2 and len(self._bound) < MAX_BOUND:
-                    bound = ray.remote(bound_runner(self._config, fn))
-                    self._bound[fn] = bound
+                if bound is None:
+                    seen = self._seen.get(fn, 0) + 1
+                    if seen < 2 or len(self._bound) >= MAX_BOUND:
+                        self._seen[fn] = seen
+                        return self._remote, False
                     self._seen.pop(fn, None)
-                    return bound, True
-                self._seen[fn] = seen
+                    bound = self._bound[fn] = [None, None]
+                remote = bound[with_args]
+                if remote is None:
+                    remote = ray.remote(bound_runner(self._config, fn, with_args=with_args))
+                    bound[with_args] = remote
+                return remote, True
         except TypeError:  # not weakly referenceable: always the generic runner
-            pass
-        return self._remote, False
+            return self._remote, False
 
     def _call(self, entry: Entry, strategy: Any) -> Any:
         """Submit the current attempt of `entry` to Ray; its ObjectRef."""
         spec = entry.spec
-        remote, bound = self._remote_for(spec.fn)
+        with_args = bool(spec.args or spec.kwargs)
+        remote, bound = self._remote_for(spec.fn, with_args)
         options = self._options(remote, entry, strategy)
-        if bound:
-            if not spec.args and not spec.kwargs:
-                return options.remote()
+        if not bound:
+            return options.remote(self._config, spec.fn, spec.args, dict(spec.kwargs))
+        if with_args:
             return options.remote(spec.args, dict(spec.kwargs))
-        return options.remote(self._config, spec.fn, spec.args, dict(spec.kwargs))
+        return options.remote()
 
     def _options(self, remote: Any, entry: Entry, strategy: Any) -> Any:
-        """`remote.options(...)` for an attempt, cached for the common (no strategy) case."""
-        if strategy is not None:
+        """`remote.options(...)` for an attempt, cached unless `strategy` is a placement
+        group's (node affinities are one object per node: `_state.node_affinity`)."""
+        if strategy is not None and type(strategy).__name__ != "NodeAffinitySchedulingStrategy":
             return remote.options(
                 name=entry.spec.name, scheduling_strategy=strategy, **entry.options
             )
-        resources = entry.options.get("resources")
-        cache_key = (
-            id(remote),
-            entry.spec.name,
-            entry.options.get("num_cpus"),
-            entry.options.get("num_gpus"),
-            entry.options.get("memory"),
-            tuple(sorted(resources.items())) if resources else (),
-        )
-        with_options = self._option_cache.get(cache_key)
-        if with_options is None:
-            if len(self._option_cache) > 1024:
-                self._option_cache.clear()
-            with_options = remote.options(name=entry.spec.name, **entry.options)
-            self._option_cache[cache_key] = (remote, with_options)  # keeps id(remote) valid
-            return with_options
-        return with_options[1]
+        options = entry.options
+        cache_key = (id(remote), id(strategy), id(options), entry.spec.name)
+        cached = self._option_cache.get(cache_key)
+        if cached is not None:
+            return cached[-1]
+        if len(self._option_cache) > 1024:
+            self._option_cache.clear()
+        if strategy is None:
+            with_options = remote.options(name=entry.spec.name, **options)
+        else:
+            with_options = remote.options(
+                name=entry.spec.name, scheduling_strategy=strategy, **options
+            )
+        self._option_cache[cache_key] = (remote, strategy, options, with_options)  # ids valid
+        return with_options
 
     # --- settling ----------------------------------------------------------------------
     def _settle(self, key: str, out: Any) -> None:
@@ -292,7 +319,7 @@ class TaskTable:
         if isinstance(out, str) and out == CANCELLED:
             self._finish(entry, cancelled=True, key=key)
             return
-        if isinstance(out, tuple) and len(out) == 3 and out[0] == GATE_FAILED:
+        if isinstance(out, list) and len(out) == 3 and out[0] == GATE_FAILED:
             _, node, message = out
             entry.where = node
             error = task_error(
@@ -424,6 +451,7 @@ class TaskTable:
             live = self._by_key.get(entry.key) is entry
             if live:
                 del self._by_key[entry.key]
+                self._by_ref.pop(id(entry.ref), None)
                 self._forget_attempt(entry)
             if cancelled:
                 entry.ref.set_cancelled()

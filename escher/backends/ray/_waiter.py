@@ -12,8 +12,11 @@ from escher.backends.ray._state import ray_up
 
 #: Seconds one wait on Ray lasts at most (a batch is what ended meanwhile) ...
 STEP = 0.005
-#: ... plus this per outstanding attempt (a wait's cost grows with them).
-STEP_PER_ATTEMPT = 2e-6
+#: ... plus this per outstanding attempt (a wait costs Ray about 0.4 us per outstanding
+#: attempt: with many outstanding, fewer and longer waits) ...
+STEP_PER_ATTEMPT = 2e-5
+#: ... and no more than this (how late a task's end is noticed, at most).
+MAX_STEP = 0.02
 
 
 class Waiter:
@@ -70,7 +73,7 @@ class Waiter:
             pending.update(new)
             try:
                 refs = list(pending)
-                step = STEP + STEP_PER_ATTEMPT * len(refs)
+                step = min(STEP + STEP_PER_ATTEMPT * len(refs), MAX_STEP)
                 ready, _ = ray.wait(refs, num_returns=len(refs), timeout=step, fetch_local=False)
             except Exception:
                 if not ray_up():

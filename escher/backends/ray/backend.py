@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
@@ -392,11 +393,9 @@ class RayBackend(Backend):
             self._table.fail_unsubmitted(entry, task_error(reason, entry.ref, UnschedulableError))
             return entry.ref
         if not request.labels:
-            entry.ref.set_status(Status(StatusCode.PENDING, "queued in Ray's scheduler"))
+            entry.ref.set_status(_QUEUED)
         elif self.mode == "resize":
-            entry.ref.set_status(
-                Status(StatusCode.PENDING, f"queued in Ray's scheduler for {request.labels}")
-            )
+            entry.ref.set_status(_queued_for(tuple(request.labels.items())))
         self._table.start(entry)
         return entry.ref
 
@@ -520,6 +519,16 @@ class RayBackend(Backend):
 
     def __repr__(self) -> str:
         return f"<RayBackend mode={self.mode!r} prefix={self._prefix!r}>"
+
+
+#: The status of a task without labels handed to Ray.
+_QUEUED = Status(StatusCode.PENDING, "queued in Ray's scheduler")
+
+
+@functools.lru_cache(maxsize=1024)
+def _queued_for(labels: tuple[tuple[str, float], ...]) -> Status:
+    """The status of a task requesting `labels` handed to Ray (resize mode)."""
+    return Status(StatusCode.PENDING, f"queued in Ray's scheduler for {dict(labels)}")
 
 
 def _connect(address: str | None, namespace: str, init_options: Mapping[str, Any] | None) -> bool:

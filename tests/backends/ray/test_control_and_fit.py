@@ -44,6 +44,25 @@ def test_shrink_below_use_keeps_holders_and_blocks_new_grants() -> None:
     assert run(actor.acquire([("k3", {"g": 1}, ["a"])])) == {"k3": "a"}
 
 
+def test_releases_sent_with_a_grant_call_are_given_back_first() -> None:
+    actor = ControlActor()
+    run(actor.set_many({"a": {"g": 2}}))
+    assert run(actor.acquire([("k1", {"g": 1}, ["a"]), ("k2", {"g": 1}, ["a"])])) == {
+        "k1": "a",
+        "k2": "a",
+    }
+    # The batch of releases frees both units before the grants of the same call are made.
+    both = [("k3", {"g": 1}, ["a"]), ("k4", {"g": 1}, ["a"])]
+    assert run(actor.acquire(both, [("a", {"g": 1}), ("a", {"g": 1})])) == {
+        "k3": "a",
+        "k4": "a",
+    }
+    assert run(actor.acquire_all([("k5", {"g": 1}, ["a"])], [("a", {"g": 1})])) == ["a"]
+    run(actor.acquire([], [("a", {"g": 1}), ("a", {"g": 1})]))
+    _, _, used = run(actor.table())
+    assert used == {}  # a release-only call gives everything back
+
+
 def test_owner_marks_and_leases() -> None:
     actor = ControlActor()
     run(actor.renew("s1", 60))

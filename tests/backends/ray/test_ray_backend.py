@@ -327,3 +327,77 @@ def test_esl_gang_on_ray_both_paths(resize: Any) -> None:
         with esl.Gang(resize, mode=mode, timeout=5.0, seed=1) as gang:
             run = gang.run([esl.Member(here, resources={"CPU": 2}) for _ in range(4)])
             assert len(set(run.results(timeout=WAIT))) == 4
+
+
+def _add(x: int, y: int = 0) -> int:
+    return x + y
+
+
+@pytest.mark.parametrize("mode", ["resize", "ledger"])
+def test_settled_tasks_are_freed_without_the_cycle_collector(ray_cluster: Any, mode: str) -> None:
+    """A handle and what the backend kept for it form no reference cycle: they are freed as
+    soon as the last reference goes (cycles would wait for Python's cyclic collector, whose
+    full passes over a Ray driver's heap cost more than the tasks themselves)."""
+    import gc
+    import weakref
+
+    backend = make_backend(ray_cluster, mode=mode)
+    label = fresh()
+    node = workers(backend)[0]
+    gc.collect()
+    gc.disable()
+    try:
+        backend.set_resource(label, 4, node)
+        specs = [TaskSpec(_add, args=(i,), resources=Resources({"CPU": 0.5})) for i in range(6)]
+        specs += [TaskSpec(_add, args=(i,), kwargs={"y": 1}) for i in range(6)]
+        specs += [TaskSpec(here, resources=Resources({"CPU": 0.5, label: 1})) for _ in range(6)]
+        refs = [backend.launch(spec) for spec in specs]
+        values = [r.result(WAIT) for r in refs]
+        assert values[:12] == [*range(6), *range(1, 7)]
+        assert set(values[12:]) == {node}
+        assert refs[0].cancel() is False  # a settled handle: nothing to cancel
+        assert wait_until(lambda: not backend.tasks(), WAIT)
+        handles = [weakref.ref(r) for r in refs]
+        del refs
+        alive = [h for h in handles if h() is not None]
+        assert not alive, f"{len(alive)} settled handles are kept alive: {alive[:3]}"
+    finally:
+        gc.enable()
+        backend.set_resource(label, 0, node)
+        backend.close()
+
+
+def test_ledger_units_come_back_while_others_wait(ray_cluster: Any) -> None:
+    """Ledger mode gives units back with its next grant call: tasks queued for a label of
+    capacity 2 all run, never more than 2 at once, and every unit is free afterwards."""
+    backend = make_backend(ray_cluster, mode="ledger")
+    node = workers(backend)[0]
+    label = fresh()
+    try:
+        backend.set_resource(label, 2, node)
+        refs = [
+            backend.launch(TaskSpec(_hold, args=(label,), resources=Resources({label: 1})))
+            for _ in range(12)
+        ]
+        peaks = [r.result(WAIT) for r in refs]
+        assert max(peaks) <= 2
+        wait_until(lambda: backend.get_cluster_state().nodes[node].available.get(label) == 2, WAIT)
+    finally:
+        backend.set_resource(label, 0, node)
+        backend.close()
+
+
+def _hold(label: str) -> int:
+    """Run for a moment; how many tasks of `label` ran at once (a file per running task)."""
+    import os
+    import tempfile
+
+    folder = os.path.join(tempfile.gettempdir(), f"escher-hold-{label}")
+    os.makedirs(folder, exist_ok=True)
+    mine = os.path.join(folder, uuid.uuid4().hex)
+    open(mine, "w").close()
+    try:
+        time.sleep(0.05)
+        return len(os.listdir(folder))
+    finally:
+        os.unlink(mine)
