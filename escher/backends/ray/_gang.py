@@ -17,8 +17,7 @@ from typing import Any
 
 from escher.backends.ray._entry import Entry
 from escher.backends.ray._gangfit import gang_unfit_reason
-from escher.backends.ray._ledger import pinned
-from escher.backends.ray._state import NODE_ID_LABEL, NodeCache, ray_up
+from escher.backends.ray._state import NODE_ID_LABEL, NodeCache, node_affinity, ray_up
 from escher.backends.ray._store import EphemeralStore
 from escher.backends.ray._tasks import TaskTable
 from escher.core.errors import TaskFailedError, UnschedulableError
@@ -179,7 +178,7 @@ class Gang:
         for position, entry in enumerate(self._members):
             node = nodes[position] if nodes else ""
             if node and not entry.request.physical:
-                strategy: Any = pinned(node)
+                strategy: Any = node_affinity(node, soft=False)
             else:
                 strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=index)
                 index += 1

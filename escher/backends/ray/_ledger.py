@@ -105,7 +105,7 @@ class LedgerStore(EphemeralStore):
         def granted(node: str) -> None:
             entry.node = node  # given back when it settles (at once if cancelled meanwhile)
             entry.ref.set_status(Status(StatusCode.PENDING, f"granted its units on {node}"))
-            submit(entry, pinned(node))
+            submit(entry, node_affinity(node, soft=False))
 
         if not entry.ref.retries:  # a retry's status already says what it waits for
             entry.ref.set_status(
@@ -137,6 +137,11 @@ class LedgerStore(EphemeralStore):
             releases, self._releases = self._releases, []
         return releases
 
+    def _unsent(self, releases: list[tuple[str, dict[str, float]]]) -> None:
+        """Releases whose call could not be sent: first in line for the next one."""
+        with self._lock:
+            self._releases[:0] = releases
+
     def reserve_gang(self, entries: Sequence[Entry]) -> list[str] | None:
         requests = [
             (e.key, dict(e.request.labels), self._candidates(e.request.physical)) for e in entries
@@ -145,8 +150,7 @@ class LedgerStore(EphemeralStore):
         try:
             call = self._control().acquire_all.remote(requests, releases)
         except Exception:
-            with self._lock:
-                self._releases[:0] = releases
+            self._unsent(releases)
             raise
         granted = wait_for(call, self._timeout)
         if granted is None:
@@ -181,8 +185,7 @@ class LedgerStore(EphemeralStore):
             try:
                 call = self._control().acquire.remote(requests, releases)
             except Exception:  # not sent: the releases go with the next round
-                with self._lock:
-                    self._releases[:0] = releases
+                self._unsent(releases)
                 continue
             try:  # sent: its releases are never sent again (they would count twice)
                 granted = wait_for(call, self._timeout)
@@ -221,11 +224,6 @@ class LedgerStore(EphemeralStore):
         if releases:
             with contextlib.suppress(Exception):
                 self._control().acquire.remote([], releases)
-
-
-def pinned(node: str) -> Any:
-    """A hard node-affinity scheduling strategy for `node`."""
-    return node_affinity(node, soft=False)
 
 
 class _LedgerRead:

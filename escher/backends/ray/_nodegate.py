@@ -29,7 +29,7 @@ from typing import Any
 
 from escher.backends.ray._shrink import NAMESPACE as SHRINK_NAMESPACE
 from escher.backends.ray._shrink import marker_key
-from escher.backends.ray._state import is_node_id, kv_client
+from escher.backends.ray._state import is_node_id, kv_client, node_affinity
 
 #: The control-store namespace where agents register (key: prefix + node id).
 REGISTRY = b"escher-gate-nodes"
@@ -209,8 +209,6 @@ def unregister(prefix: str, node: str) -> None:
 
 def agent_options(name: str, namespace: str | None, node: str) -> dict[str, Any]:
     """`ray.remote(...).options` for an agent: detached, restarted if it dies, on `node`."""
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
     return {
         "name": name,
         "namespace": namespace,
@@ -219,7 +217,7 @@ def agent_options(name: str, namespace: str | None, node: str) -> dict[str, Any]
         "num_cpus": 0,
         "max_restarts": -1,
         "max_task_retries": -1,
-        "scheduling_strategy": NodeAffinitySchedulingStrategy(node, soft=False),
+        "scheduling_strategy": node_affinity(node, soft=False),
     }
 
 

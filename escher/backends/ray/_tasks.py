@@ -259,12 +259,8 @@ class TaskTable:
             return cached[-1]
         if len(self._option_cache) > 1024:
             self._option_cache.clear()
-        if strategy is None:
-            with_options = remote.options(name=entry.spec.name, **options)
-        else:
-            with_options = remote.options(
-                name=entry.spec.name, scheduling_strategy=strategy, **options
-            )
+        placed = {} if strategy is None else {"scheduling_strategy": strategy}
+        with_options = remote.options(name=entry.spec.name, **placed, **options)
         self._option_cache[cache_key] = (remote, strategy, options, with_options)  # ids valid
         return with_options
 
