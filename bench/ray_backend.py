@@ -184,7 +184,8 @@ def bench_throughput(
     backend: RayBackend, nodes: list[str], n: int, rounds: int
 ) -> dict[str, list[float]]:
     """Tasks/s of the same no-op body with the same resources: escher vs raw Ray, per round
-    (the four runs of a round back to back; the first round only warms workers up).
+    (the four runs of a round back to back, every other round in reverse order; the first
+    round only warms workers up).
 
     Plain: {CPU: 0.5} both. Label-steered: escher's ephemeral label vs the raw-Ray way of
     steering with the same mechanism (resize mode: a Ray custom resource made with the same
@@ -222,8 +223,11 @@ def bench_throughput(
         ],
     }
     rates: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(rounds + 1):  # the first round warms workers up; the others count
-        for name, submit in runs.items():
+    for i in range(rounds + 1):  # the first round warms workers up; the others count
+        # Every other round in reverse order, so that no kind always runs right after the
+        # same other one (whose trailing work, e.g. escher's start reports, it would share).
+        order = list(runs.items()) if i % 2 == 0 else list(runs.items())[::-1]
+        for name, submit in order:
             t = time.perf_counter()
             refs = submit()
             if name.startswith("raw"):

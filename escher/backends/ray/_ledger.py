@@ -175,32 +175,40 @@ class LedgerStore(EphemeralStore):
 
     def _run(self) -> None:
         for _ in wakeups(self._wake, 0.1, self._running):
+            if not self._round():
+                return
+
+    def _round(self) -> bool:
+        """One grant call for what waits, with the releases so far; False once there is
+        nothing to do (the thread stops). A function of its own, so that nothing of a round
+        stays referenced while the thread waits for the next."""
+        with self._lock:
+            batch = list(self._waiting.values())
+            releases, self._releases = self._releases, []
+            if not batch and not releases:
+                self._thread = None
+                return False
+        requests = [(w.key, w.units, self._candidates(w.physical)) for w in batch]
+        try:
+            call = self._control().acquire.remote(requests, releases)
+        except Exception:  # not sent: the releases go with the next round
+            self._unsent(releases)
+            return True
+        try:  # sent: its releases are never sent again (they would count twice)
+            granted = wait_for(call, self._timeout)
+        except Exception:  # the actor is restarting or busy: retry on the next round
+            return True
+        for item in batch:
+            node = granted.get(item.key)
+            if node is None:
+                continue
             with self._lock:
-                batch = list(self._waiting.values())
-                releases, self._releases = self._releases, []
-                if not batch and not releases:
-                    self._thread = None
-                    return
-            requests = [(w.key, w.units, self._candidates(w.physical)) for w in batch]
-            try:
-                call = self._control().acquire.remote(requests, releases)
-            except Exception:  # not sent: the releases go with the next round
-                self._unsent(releases)
-                continue
-            try:  # sent: its releases are never sent again (they would count twice)
-                granted = wait_for(call, self._timeout)
-            except Exception:  # the actor is restarting or busy: retry on the next round
-                continue
-            for item in batch:
-                node = granted.get(item.key)
-                if node is None:
-                    continue
-                with self._lock:
-                    still = self._waiting.pop(item.key, None) is not None
-                if still:
-                    item.granted(node)
-                else:  # withdrawn between the batch read and the grant
-                    self._release(node, item.units)
+                still = self._waiting.pop(item.key, None) is not None
+            if still:
+                item.granted(node)
+            else:  # withdrawn between the batch read and the grant
+                self._release(node, item.units)
+        return True
 
     def describe(self) -> dict[str, Any]:
         with self._lock:

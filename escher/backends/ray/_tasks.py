@@ -50,8 +50,14 @@ from escher.core.task import (
     task_error,
 )
 
-#: Seconds between two looks at the start gate for the tasks that started.
+#: Seconds between two turns of the sync thread (parked retries, held-back attempts) ...
 SYNC_PERIOD = 0.1
+#: ... and between two looks at the start gate for the tasks that started, plus this per
+#: submitted attempt not settled (one look asks every node agent, which lists its claims:
+#: with many outstanding, fewer looks) ...
+SYNC_PER_ATTEMPT = 2.5e-4
+#: ... and no more than this (how late a start is noticed, at most, besides the look).
+MAX_SYNC_PERIOD = 0.5
 #: Seconds between two checks that the nodes of running attempts are still alive.
 NODE_CHECK_PERIOD = 1.0
 #: Seconds a retry waits at most for Ray to drop a node escher saw die.
@@ -60,6 +66,12 @@ PARK_SECONDS = 60.0
 MAX_BOUND = 256
 #: Ray options every attempt gets: escher alone decides retries.
 NO_RAY_RETRIES: dict[str, Any] = {"max_retries": 0, "retry_exceptions": False}
+
+
+def look_period(outstanding: int) -> float:
+    """Seconds between two looks at the start gate with `outstanding` attempts submitted
+    and not settled."""
+    return min(SYNC_PERIOD + SYNC_PER_ATTEMPT * outstanding, MAX_SYNC_PERIOD)
 
 
 class NodeLeftError(Exception):
@@ -567,17 +579,19 @@ class TaskTable:
             self._syncer = keep_running(self._syncer, self._sync_loop, "escher-ray-sync")
 
     def _sync_loop(self) -> None:
-        """Learn which attempts started (and where) from the start gate; every
-        `NODE_CHECK_PERIOD`, put back in line the attempts whose node left the cluster."""
-        last_check = time.monotonic()
+        """Learn which attempts started (and where) from the start gate, every `look_period`;
+        every `NODE_CHECK_PERIOD`, put back in line the attempts whose node left the cluster."""
+        last_check = last_look = time.monotonic()
         while not self._closed and ray_up():
             time.sleep(SYNC_PERIOD)
             if self._closed or not ray_up():
                 return
             self._unpark()
             self._resubmit_held()
-            if self._sync_once():
-                return
+            if time.monotonic() - last_look >= look_period(len(self._by_task_id)):
+                last_look = time.monotonic()
+                if self._sync_once():
+                    return
             if time.monotonic() - last_check >= NODE_CHECK_PERIOD:
                 last_check = time.monotonic()
                 self._check_nodes()

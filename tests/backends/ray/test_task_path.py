@@ -12,9 +12,10 @@ import pytest
 
 pytest.importorskip("ray")
 
-from escher.backends.ray import _shrink
+from escher.backends.ray import _shrink, _waiter
 from escher.backends.ray._state import kv_client
-from escher.backends.ray._waiter import Waiter
+from escher.backends.ray._tasks import MAX_SYNC_PERIOD, SYNC_PERIOD, look_period
+from escher.backends.ray._waiter import Waiter, window
 
 pytestmark = pytest.mark.ray
 
@@ -53,6 +54,57 @@ def test_the_waiter_reports_each_value_or_rays_error_once(ray_cluster: Any) -> N
     assert outcomes["late"] == 101
     assert isinstance(outcomes["bad"], rex.RayTaskError)
     assert isinstance(outcomes["bad"].cause, KeyError)
+
+
+def _never() -> None:
+    raise AssertionError("it requests a resource no node has: it never runs")
+
+
+def test_the_waiter_sees_ends_past_its_window(ray_cluster: Any, monkeypatch: Any) -> None:
+    """With more attempts outstanding than one wait looks at, and the oldest never ending,
+    the later ones are still reported (each wait looks at a slice that moves on)."""
+    import ray
+
+    monkeypatch.setattr(_waiter, "WINDOW", 8)
+    got: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+    waiter = Waiter(lambda key, outcome: got.put((key, outcome)), WAIT)
+    never = ray.remote(_never).options(
+        num_cpus=0, max_retries=0, resources={"escher-test-nowhere": 1}
+    )
+    ok = ray.remote(_value).options(max_retries=0)
+    stuck = [never.remote() for _ in range(10)]
+    try:
+        for ref in stuck:
+            waiter.add(ref, "stuck")
+        for i in range(30):
+            waiter.add(ok.remote(i), f"ok{i}")
+        outcomes = dict(got.get(timeout=WAIT) for _ in range(30))
+    finally:
+        waiter.close()
+        for ref in stuck:
+            ray.cancel(ref, force=True)
+    assert outcomes == {f"ok{i}": i + 1 for i in range(30)}
+
+
+@pytest.mark.parametrize("outstanding", [257, 300, 1000, 5000])
+def test_a_wait_window_holds_the_oldest_and_reaches_every_attempt(outstanding: int) -> None:
+    refs = list(range(outstanding))
+    half = _waiter.WINDOW // 2
+    seen: set[int] = set()
+    turn = 0
+    for _ in range(-(-(outstanding - half) // half)):  # ceil((n - half) / half) waits
+        looked, turn = window(refs, turn)
+        assert looked[:half] == refs[:half]
+        assert len(looked) <= _waiter.WINDOW
+        seen.update(looked)
+    assert seen == set(refs)
+
+
+def test_start_reports_are_asked_for_less_often_with_many_outstanding() -> None:
+    periods = [look_period(n) for n in (0, 1, 100, 1000, 10_000)]
+    assert periods[0] == SYNC_PERIOD
+    assert periods == sorted(periods)
+    assert periods[-1] == MAX_SYNC_PERIOD
 
 
 class _Clock:
