@@ -46,7 +46,9 @@ SHRINK_MARKER = "shrink-marker.json"
 COPY_TIMEOUT = 10.0
 
 _armed: set[str] = set()  # node folders this process saw armed (it never goes back)
-_made: set[str] = set()  # session folders this process made
+_made: dict[tuple[str, str], str] = {}  # (node folder, session) -> its folder, made, + "/"
+_markers: dict[str, str] = {}  # node folder -> the path of its marker copy
+_NONE: frozenset[str] = frozenset()
 
 
 def root() -> str:
@@ -79,11 +81,16 @@ def shrinks_here(folder: str) -> frozenset[str] | None:
     of its marker; None if the node is not armed (read the control store instead)."""
     if not _is_armed(folder):
         return None
+    marker = _markers.get(folder)
+    if marker is None:
+        marker = _markers[folder] = os.path.join(folder, SHRINK_MARKER)
+    if not os.access(marker, os.F_OK):  # nearly always: no Python exception to build
+        return _NONE
     try:
-        with open(os.path.join(folder, SHRINK_MARKER)) as f:
+        with open(marker) as f:
             return frozenset(json.load(f))
-    except FileNotFoundError:
-        return frozenset()
+    except FileNotFoundError:  # removed meanwhile
+        return _NONE
 
 
 def _is_armed(folder: str) -> bool:
@@ -100,11 +107,12 @@ def claim_here(folder: str, session: str, task_id: str) -> bool | None:
     False if it was cancelled, None if the node is not armed (claim in the control store)."""
     if not _is_armed(folder):
         return None
-    here = os.path.join(folder, session)
-    if here not in _made:
+    here = _made.get((folder, session))
+    if here is None:
+        here = os.path.join(folder, session)
         os.makedirs(here, exist_ok=True)
-        _made.add(here)
-    return _create(os.path.join(here, task_id))
+        here = _made[(folder, session)] = here + os.sep
+    return _create(here + task_id)
 
 
 class NodeGateAgent:

@@ -14,10 +14,12 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from escher import _api
 from escher.backends.ray._config import WorkerConfig
 from escher.backends.ray._gate import claim
 from escher.backends.ray._nodegate import claim_here, node_dir, shrinks_here
 from escher.backends.ray._shrink import WAIT_FOR_SHRINK, held_labels, marker_stale, shrinking
+from escher.core.context import current_task
 
 #: What a task returns when it was cancelled before its body ran.
 CANCELLED = "__escher_cancelled__"
@@ -33,12 +35,22 @@ _lock = threading.Lock()
 _backends: dict[WorkerConfig, Any] = {}
 _node = ""  # this worker's node id, once known
 _folders: dict[str, str] = {}  # prefix -> this node's gate folder
+_last: list[Any] = [None, None]  # the config and backend of the last task
+_context: Any = None  # Ray's runtime context (it reads the running task's state when asked)
 
 
 def worker_backend(config: WorkerConfig) -> Any:
     """The backend of this worker process for `config`, built once and made active."""
+    last_config, last_backend = _last
+    if config is last_config and _api._backend is last_backend and current_task() is None:
+        return last_backend  # the same remote function again (Ray unpickled `config` once)
+    backend = _attached(config)
+    _last[:] = [config, backend]
+    return backend
+
+
+def _attached(config: WorkerConfig) -> Any:
     import escher
-    from escher._api import _install_worker_backend
 
     backend = _backends.get(config)
     if backend is None:
@@ -54,7 +66,7 @@ def worker_backend(config: WorkerConfig) -> Any:
     current = escher.current_backend() if escher.is_initialized() else None
     if current is not backend:
         replace = current is None or bool(getattr(current, "attached_to_worker", False))
-        _install_worker_backend(backend, replace=replace)
+        _api._install_worker_backend(backend, replace=replace)
     return backend
 
 
@@ -90,8 +102,6 @@ def run_task(
     """Run `fn(*args, **kwargs)` as an escher task; return [node, value], with
     `CLAIMED_IN_STORE` appended if it claimed its start in the control store. (A list: Ray
     packs one as it packs plain values, a tuple it pickles, about five times the cost.)"""
-    import ray
-
     backend = worker_backend(config)
     node = _node or _this_node()
     in_store = False
@@ -99,7 +109,7 @@ def run_task(
         folder = _folders.get(config.prefix) or _folder(config.prefix, node)
         if config.mode == "resize" and not _shrink_allows(backend, config.prefix, node, folder):
             return [WAIT_FOR_SHRINK, node]  # body not run; the unit goes back to Ray
-        task_id = ray.get_runtime_context().get_task_id() or ""
+        task_id = _task_id()
         claimed = claim_here(folder, config.session_id, task_id)
         if claimed is None:  # this node is not armed yet
             in_store = True
@@ -114,6 +124,16 @@ def run_task(
         # Whoever gets the result (or the error) may read what the body wrote: share it now.
         backend.flush_writes()
     return [node, value, CLAIMED_IN_STORE] if in_store else [node, value]
+
+
+def _task_id() -> str:
+    """Ray's id of the running task (the runtime context looked up once per process)."""
+    global _context
+    import ray
+
+    if _context is None:
+        _context = ray.get_runtime_context()
+    return str(_context.get_task_id() or "")
 
 
 def _folder(prefix: str, node: str) -> str:

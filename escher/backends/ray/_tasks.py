@@ -53,11 +53,12 @@ from escher.core.task import (
 #: Seconds between two turns of the sync thread (parked retries, held-back attempts) ...
 SYNC_PERIOD = 0.1
 #: ... and between two looks at the start gate for the tasks that started, plus this per
-#: submitted attempt not settled (one look asks every node agent, which lists its claims:
-#: with many outstanding, fewer looks) ...
-SYNC_PER_ATTEMPT = 2.5e-4
-#: ... and no more than this (how late a start is noticed, at most, besides the look).
-MAX_SYNC_PERIOD = 0.5
+#: submitted attempt not settled (a look asks every node agent and Ray's control store:
+#: during a burst of tasks that costs Ray's own work more than its CPU shows) ...
+SYNC_PER_ATTEMPT = 1e-3
+#: ... and no more than this (how late a start is noticed, at most, unless someone asks
+#: about the task: `describe` looks at once if the last look is older than `SYNC_PERIOD`).
+MAX_SYNC_PERIOD = 1.0
 #: Seconds between two checks that the nodes of running attempts are still alive.
 NODE_CHECK_PERIOD = 1.0
 #: Seconds a retry waits at most for Ray to drop a node escher saw die.
@@ -130,6 +131,7 @@ class TaskTable:
         self._seq = itertools.count(1)
         self._lock = threading.RLock()
         self._learn_lock = threading.Lock()
+        self._last_look = 0.0  # time.monotonic() of the last look at the start gate
         self._by_key: dict[str, Entry] = {}
         self._by_ref: dict[int, Entry] = {}  # id(handle) -> its live entry
         self._request_options: dict[int, tuple[SplitRequest, dict[str, Any]]] = {}
@@ -497,7 +499,15 @@ class TaskTable:
             self._finish(entry, error=error)
 
     def describe(self, entry: Entry) -> dict[str, Any]:
-        """What the table knows about one live task (for `Backend.describe_task`)."""
+        """What the table knows about one live task (for `Backend.describe_task`). If it was
+        submitted and is not known to have started, the start gate is asked first (unless
+        it was asked in the last `SYNC_PERIOD`): its handle then says whether it runs."""
+        if (
+            entry.task_id
+            and entry.ref.state is TaskState.PENDING
+            and time.monotonic() - self._last_look > SYNC_PERIOD
+        ):
+            self._learn_starts()
         facts: dict[str, Any] = {"attempt_key": entry.key, "retries": entry.ref.retries}
         if entry.object_ref is not None:
             with contextlib.suppress(Exception):
@@ -611,6 +621,7 @@ class TaskTable:
             return self._learn_starts_locked()
 
     def _learn_starts_locked(self) -> bool:
+        self._last_look = time.monotonic()
         with self._lock:
             waiting = any(
                 e.task_id and e.ref.state is TaskState.PENDING for e in self._by_key.values()

@@ -403,3 +403,37 @@ def _hold(label: str) -> int:
         return len(os.listdir(folder))
     finally:
         os.unlink(mine)
+
+
+def _run_until(started: str, go: str) -> str:
+    """Say it started (a file), then run until `go` exists; the node it ran on."""
+    import os
+
+    open(started, "w").close()
+    deadline = time.monotonic() + WAIT
+    while not os.path.exists(go) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return str(escher.node_id())
+
+
+def test_asking_about_a_task_learns_that_it_started(
+    backend: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """With many tasks outstanding, escher looks for starts less often; asking about a task
+    (`describe_task`, which `escher.why` reads) looks at once, so the answer is current."""
+    from escher.backends.ray import _tasks
+
+    monkeypatch.setattr(_tasks, "look_period", lambda outstanding: 3600.0)  # never on its own
+    started, go = tmp_path / "started", tmp_path / "go"
+    ref = backend.launch(
+        TaskSpec(_run_until, args=(str(started), str(go)), resources=Resources({"CPU": 0.5}))
+    )
+    try:
+        assert wait_until(started.exists, WAIT)
+        backend.describe_task(ref)
+        assert ref.state is TaskState.RUNNING
+        why = escher.why(ref, backend=backend)
+        assert why.task["state"] == "running", why.render()
+    finally:
+        go.touch()
+    assert ref.result(WAIT) == ref.node_id
