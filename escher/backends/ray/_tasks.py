@@ -59,6 +59,8 @@ SYNC_PER_ATTEMPT = 1e-3
 #: ... and no more than this (how late a start is noticed, at most, unless someone asks
 #: about the task: `describe` looks at once if the last look is older than `SYNC_PERIOD`).
 MAX_SYNC_PERIOD = 1.0
+#: Seconds a look at the start gate takes at most for `describe` to look again at once.
+SLOW_LOOK = 0.5
 #: Seconds between two checks that the nodes of running attempts are still alive.
 NODE_CHECK_PERIOD = 1.0
 #: Seconds a retry waits at most for Ray to drop a node escher saw die.
@@ -131,7 +133,8 @@ class TaskTable:
         self._seq = itertools.count(1)
         self._lock = threading.RLock()
         self._learn_lock = threading.Lock()
-        self._last_look = 0.0  # time.monotonic() of the last look at the start gate
+        self._last_look = 0.0  # time.monotonic() when the last look at the start gate began
+        self._look_took = 0.0  # and how long it took
         self._by_key: dict[str, Entry] = {}
         self._by_ref: dict[int, Entry] = {}  # id(handle) -> its live entry
         self._request_options: dict[int, tuple[SplitRequest, dict[str, Any]]] = {}
@@ -501,11 +504,14 @@ class TaskTable:
     def describe(self, entry: Entry) -> dict[str, Any]:
         """What the table knows about one live task (for `Backend.describe_task`). If it was
         submitted and is not known to have started, the start gate is asked first (unless
-        it was asked in the last `SYNC_PERIOD`): its handle then says whether it runs."""
+        it was asked in the last `SYNC_PERIOD`, or the last look was slow: a node agent that
+        does not answer must not hold up every question): its handle then says whether it
+        runs."""
         if (
             entry.task_id
             and entry.ref.state is TaskState.PENDING
             and time.monotonic() - self._last_look > SYNC_PERIOD
+            and self._look_took < SLOW_LOOK
         ):
             self._learn_starts()
         facts: dict[str, Any] = {"attempt_key": entry.key, "retries": entry.ref.retries}
@@ -621,7 +627,13 @@ class TaskTable:
             return self._learn_starts_locked()
 
     def _learn_starts_locked(self) -> bool:
-        self._last_look = time.monotonic()
+        self._last_look = began = time.monotonic()
+        try:
+            return self._look()
+        finally:
+            self._look_took = time.monotonic() - began
+
+    def _look(self) -> bool:
         with self._lock:
             waiting = any(
                 e.task_id and e.ref.state is TaskState.PENDING for e in self._by_key.values()

@@ -437,3 +437,35 @@ def test_asking_about_a_task_learns_that_it_started(
     finally:
         go.touch()
     assert ref.result(WAIT) == ref.node_id
+
+
+def test_questions_do_not_wait_on_a_slow_start_gate(
+    backend: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """After a look at the start gate that took long (a node agent not answering), asking
+    about a task does not look again: the answer comes from what is known."""
+    from escher.backends.ray import _gate, _tasks
+
+    looks: list[float] = []
+
+    def slow_look(self: Any, forget: Any, skip: Any = ()) -> dict[str, str]:
+        looks.append(time.monotonic())
+        time.sleep(_tasks.SLOW_LOOK + 0.1)
+        return {}  # learns nothing
+
+    monkeypatch.setattr(_tasks, "look_period", lambda outstanding: 3600.0)
+    monkeypatch.setattr(_gate.Gate, "started", slow_look)
+    started, go = tmp_path / "started", tmp_path / "go"
+    ref = backend.launch(
+        TaskSpec(_run_until, args=(str(started), str(go)), resources=Resources({"CPU": 0.5}))
+    )
+    try:
+        assert wait_until(started.exists, WAIT)
+        backend.describe_task(ref)  # looks, slowly
+        time.sleep(3 * _tasks.SYNC_PERIOD)
+        backend.describe_task(ref)  # does not look again
+        assert len(looks) == 1
+        assert ref.state is TaskState.PENDING  # the slow look learnt nothing
+    finally:
+        go.touch()
+    assert ref.result(WAIT) == ref.node_id
