@@ -36,7 +36,7 @@ _backends: dict[WorkerConfig, Any] = {}
 _node = ""  # this worker's node id, once known
 _folders: dict[str, str] = {}  # prefix -> this node's gate folder
 _last: list[Any] = [None, None]  # the config and backend of the last task
-_context: Any = None  # Ray's runtime context (it reads the running task's state when asked)
+_context: Any = None  # Ray's runtime context, once looked up
 
 
 def worker_backend(config: WorkerConfig) -> Any:
@@ -126,14 +126,20 @@ def run_task(
     return [node, value, CLAIMED_IN_STORE] if in_store else [node, value]
 
 
-def _task_id() -> str:
-    """Ray's id of the running task (the runtime context looked up once per process)."""
+def _runtime_context() -> Any:
+    """Ray's runtime context, looked up once per process (it reads the running task's state
+    each time it is asked)."""
     global _context
     import ray
 
     if _context is None:
         _context = ray.get_runtime_context()
-    return str(_context.get_task_id() or "")
+    return _context
+
+
+def _task_id() -> str:
+    """Ray's id of the running task."""
+    return str(_runtime_context().get_task_id() or "")
 
 
 def _folder(prefix: str, node: str) -> str:
@@ -144,9 +150,7 @@ def _folder(prefix: str, node: str) -> str:
 def _this_node() -> str:
     """The id of the node this worker process runs on (it never moves)."""
     global _node
-    import ray
-
-    _node = str(ray.get_runtime_context().get_node_id())
+    _node = str(_runtime_context().get_node_id())
     return _node
 
 

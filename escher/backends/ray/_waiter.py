@@ -15,7 +15,8 @@ STEP = 0.005
 #: ... plus this per outstanding attempt (a wait costs Ray about 0.4 us per outstanding
 #: attempt: with many outstanding, fewer and longer waits) ...
 STEP_PER_ATTEMPT = 2e-5
-#: ... and no more than this (how late a task's end is noticed, at most).
+#: ... and no more than this (how late the end of one of the `WINDOW // 2` oldest attempts
+#: is noticed, at most; of another, one step per `WINDOW // 2` outstanding attempts).
 MAX_STEP = 0.02
 #: Attempts one wait looks at, at most: the oldest half (attempts end about in the order
 #: they were sent) and a slice of the others that moves on with every wait.

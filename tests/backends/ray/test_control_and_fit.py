@@ -29,13 +29,19 @@ def test_gang_grant_is_all_or_nothing() -> None:
     assert run(actor.acquire([("k4", {"g": 1}, ["a", "b"])])) == {"k4": "a"}
 
 
-def test_shrink_below_use_keeps_holders_and_blocks_new_grants() -> None:
+def _both_units_held() -> ControlActor:
+    """An actor whose node "a" has 2 units of "g", both granted (to k1 and k2)."""
     actor = ControlActor()
     run(actor.set_many({"a": {"g": 2}}))
     assert run(actor.acquire([("k1", {"g": 1}, ["a"]), ("k2", {"g": 1}, ["a"])])) == {
         "k1": "a",
         "k2": "a",
     }
+    return actor
+
+
+def test_shrink_below_use_keeps_holders_and_blocks_new_grants() -> None:
+    actor = _both_units_held()
     run(actor.set_many({"a": {"g": 1}}))
     assert run(actor.acquire([("k3", {"g": 1}, ["a"])])) == {}
     run(actor.release("a", {"g": 1}))
@@ -45,12 +51,7 @@ def test_shrink_below_use_keeps_holders_and_blocks_new_grants() -> None:
 
 
 def test_releases_sent_with_a_grant_call_are_given_back_first() -> None:
-    actor = ControlActor()
-    run(actor.set_many({"a": {"g": 2}}))
-    assert run(actor.acquire([("k1", {"g": 1}, ["a"]), ("k2", {"g": 1}, ["a"])])) == {
-        "k1": "a",
-        "k2": "a",
-    }
+    actor = _both_units_held()
     # The batch of releases frees both units before the grants of the same call are made.
     both = [("k3", {"g": 1}, ["a"]), ("k4", {"g": 1}, ["a"])]
     assert run(actor.acquire(both, [("a", {"g": 1}), ("a", {"g": 1})])) == {
