@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
 
 from escher.core.errors import ConfigError, InvalidCapacityError, InvalidResourceNameError
 
@@ -116,44 +115,6 @@ class Names:
     def is_physical_request(self, name: str) -> bool:
         """True if request name `name` is node-defined (not one of escher's labels)."""
         return not self.is_ephemeral(self.to_k8s(name))
-
-
-_SUFFIXES = {
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "": Decimal(1),
-    "k": Decimal("1e3"),
-    "M": Decimal("1e6"),
-    "G": Decimal("1e9"),
-    "T": Decimal("1e12"),
-    "P": Decimal("1e15"),
-    "E": Decimal("1e18"),
-    "Ki": Decimal(2**10),
-    "Mi": Decimal(2**20),
-    "Gi": Decimal(2**30),
-    "Ti": Decimal(2**40),
-    "Pi": Decimal(2**50),
-    "Ei": Decimal(2**60),
-}
-_QUANTITY_RE = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]?)$")
-
-
-def parse_quantity(text: object) -> float:
-    """A Kubernetes quantity ("4", "500m", "16Gi", "1e3") as a float.
-
-    Raises:
-        InvalidCapacityError: not a quantity.
-    """
-    if isinstance(text, int | float) and not isinstance(text, bool):
-        return float(text)
-    match = _QUANTITY_RE.match(str(text).strip())
-    if match is None:
-        raise InvalidCapacityError(f"{text!r} is not a Kubernetes quantity.")
-    try:
-        return float(Decimal(match.group(1)) * _SUFFIXES[match.group(2)])
-    except InvalidOperation:
-        raise InvalidCapacityError(f"{text!r} is not a Kubernetes quantity.") from None
 
 
 def format_quantity(k8s_name: str, value: float) -> str:

@@ -6,9 +6,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from escher.backends.kubernetes._names import Names, parse_quantity
+from escher.backends.kubernetes._names import Names
 from escher.core.cluster import ClusterState, Node
 from escher.core.errors import ValidationError
+from escher.core.quantity import parse_quantity
 from escher.core.resources import Resources, validate_name
 
 

@@ -14,7 +14,6 @@ pytest.importorskip("kubernetes", reason="needs pip install 'escher-sched[k8s]'"
 from escher.backends.kubernetes._names import (
     Names,
     format_quantity,
-    parse_quantity,
     validate_domain,
 )
 from escher.backends.kubernetes._nodes import patch_ops
@@ -37,6 +36,7 @@ from escher.core.errors import (
     ReservedResourceError,
     ValidationError,
 )
+from escher.core.quantity import parse_quantity
 from escher.core.resources import Resources
 from escher.core.task import TaskSpec
 
