@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from escher.backends._registry import ALIASES, canonical_name, known_backends
-from escher.core.errors import ConfigError, did_you_mean
+from escher.backends._registry import ALIASES, canonical_name, get_entry, known_backends
+from escher.core.errors import ConfigError, UnknownBackendError, did_you_mean
 
 DEFAULT_BACKEND = "memory"
 _OTHER_TABLES = frozenset({"verify"})
@@ -112,11 +112,19 @@ def resolve(
     name = backend or env.get("ESCHER_BACKEND") or table.get("backend") or DEFAULT_BACKEND
     if not isinstance(name, str):
         raise ConfigError(f"{where}: 'backend' must be a string, got {name!r}.")
-    name = canonical_name(name)
     if backend:
+        origin = "argument backend"
         sources.append("argument")
     elif env.get("ESCHER_BACKEND"):
+        origin = "environment variable ESCHER_BACKEND"
         sources.append("environment")
+    else:
+        origin = f"{where}: backend"
+    try:  # an unknown name is reported with where it came from
+        get_entry(name)
+    except UnknownBackendError as exc:
+        raise UnknownBackendError(f"{origin}: {exc}") from None
+    name = canonical_name(name)
 
     merged: dict[str, Any] = {}
     origins: dict[str, str] = {}

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from escher.backends._registry import install_command
-from escher.cli.conventions import EscherCommand, ExitCode, fail, format_option
+from escher.cli.conventions import EscherCommand, ExitCode, fail, format_option, usage_failure
 from escher.core.errors import BackendUnavailableError, did_you_mean
 
 
@@ -70,19 +70,19 @@ class EscherGroup(click.Group):
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         """Parse the group's own options; mistakes exit with `ExitCode.BAD_INPUT`."""
+        raw = list(args)
         try:
             return super().parse_args(ctx, args)
         except click.UsageError as exc:
-            exc.exit_code = ExitCode.BAD_INPUT
-            raise
+            exc.ctx = exc.ctx or ctx
+            usage_failure(exc, raw)
 
     def invoke(self, ctx: click.Context) -> Any:
         """Run the subcommand; usage mistakes (also in commands without the conventions) exit 3."""
         try:
             return super().invoke(ctx)
         except click.UsageError as exc:
-            exc.exit_code = ExitCode.BAD_INPUT
-            raise
+            usage_failure(exc)
 
 
 def _unavailable(name: str, entry: CommandEntry, exc: Exception) -> click.Command:

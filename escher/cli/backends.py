@@ -52,7 +52,7 @@ def _render(data: dict[str, Any]) -> Any:
     def text(console: Console) -> None:
         table = Table(title="escher backends")
         for column in ("name", "status", "capabilities", "import path"):
-            table.add_column(column)
+            table.add_column(column, overflow="fold")  # narrow output wraps, never cuts
         for row in data["backends"]:
             if row["available"]:
                 status = "[green]available[/green]"

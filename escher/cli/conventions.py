@@ -2,12 +2,16 @@
 
 A command built with `command` gets, without writing any of it:
 
-- ``--format text|json``: the function receives ``fmt``; `emit` prints JSON (and nothing else)
+- ``-o/--format text|json``: the function receives ``fmt``; `emit` prints JSON (and nothing else)
   on stdout for ``json``, or the human form for ``text``;
 - errors on stderr: any `EscherError` the command raises becomes one ``error: ...`` line (a
   JSON object ``{"error": {...}}`` under ``--format json``) and its exit code; call `fail`
   for errors of your own; never a traceback;
-- usage mistakes (unknown option, missing argument) exit with `ExitCode.BAD_INPUT`;
+- usage mistakes (unknown option, missing argument, a value out of range) print one
+  ``error: ...`` line too (the same style) and exit with `ExitCode.BAD_INPUT`;
+- an unexpected exception (a bug) is one ``error: unexpected ...`` line and
+  `ExitCode.FAILED` (``ESCHER_DEBUG=1`` lets the traceback through);
+- text output is plain and `PLAIN_WIDTH` columns wide when stdout is not a terminal;
 - an ``Examples`` and an ``Exit codes`` section in ``--help``.
 
 A new command::
@@ -37,7 +41,9 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import itertools
 import json
+import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -89,10 +95,26 @@ FORMATS = ("text", "json")
 TextForm = str | RenderableType | Callable[[Console], None]
 
 
+#: Columns of text output when it does not go to a terminal (pipes, files, CI logs) and
+#: ``COLUMNS`` does not say otherwise.
+PLAIN_WIDTH = 100
+
+
+def output_width(stream: Any) -> int | None:
+    """Columns for text output on `stream`: None (the terminal's own width) on a terminal,
+    else ``$COLUMNS`` when it is a positive number, else `PLAIN_WIDTH`."""
+    isatty = getattr(stream, "isatty", None)
+    if isatty is not None and isatty():
+        return None
+    columns = os.environ.get("COLUMNS", "")
+    return int(columns) if columns.isdigit() and int(columns) > 0 else PLAIN_WIDTH
+
+
 def console(*, stderr: bool = False) -> Console:
-    """A rich console on stdout (or stderr); wide when it is not a terminal (pipes, CI logs)."""
+    """A rich console on stdout (or stderr). On a terminal it takes the terminal's width and
+    colours; elsewhere (pipes, files, CI logs) plain text, `output_width` columns wide."""
     stream = sys.stderr if stderr else sys.stdout
-    return Console(file=stream, width=None if stream.isatty() else 160)
+    return Console(file=stream, width=output_width(stream))
 
 
 def exit_code_for(exc: BaseException) -> ExitCode:
@@ -170,8 +192,9 @@ def emit(data: Any, fmt: str, text: TextForm | None = None) -> None:
 
 
 def format_option(function: F) -> F:
-    """The ``--format text|json`` option; the command receives it as ``fmt``."""
+    """The ``-o/--format text|json`` option; the command receives it as ``fmt``."""
     return click.option(
+        "-o",
         "--format",
         "fmt",
         type=click.Choice(FORMATS),
@@ -187,13 +210,27 @@ def _complete_backend(ctx: click.Context, param: click.Parameter, incomplete: st
     return sorted(n for n in {*known_backends(), *ALIASES} if n.startswith(incomplete))
 
 
+def _check_backend(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    from escher.backends._registry import get_entry
+
+    if value is not None:
+        try:
+            get_entry(value)
+        except EscherError as exc:
+            raise click.BadParameter(str(exc), ctx, param) from None
+    return value
+
+
 def backend_option(function: F) -> F:
-    """The ``--backend NAME`` option (default: the configuration); received as ``backend_name``."""
+    """The ``--backend NAME`` option (default: the configuration); received as ``backend_name``.
+
+    An unknown name is a usage mistake naming ``--backend`` (with a suggestion)."""
     return click.option(
         "--backend",
         "backend_name",
         default=None,
         metavar="NAME",
+        callback=_check_backend,
         shell_complete=_complete_backend,
         help="Backend name or alias (default: the configuration; see escher backends).",
     )(function)
@@ -213,9 +250,37 @@ class SuggestingChoice(click.Choice):  # type: ignore[type-arg]
             self.fail(f"{exc.message}{hint}", param, ctx)
 
 
-def _json_requested(args: Sequence[str]) -> bool:
-    pairs = zip(args, [*args[1:], ""], strict=True)
-    return "--format=json" in args or any(a == "--format" and b == "json" for a, b in pairs)
+def json_requested(args: Sequence[str]) -> bool:
+    """True when the command line `args` asks for ``--format json`` (in any spelling:
+    ``--format json``, ``--format=json``, ``-o json``, ``-ojson``), also before it parses."""
+    args = [str(a) for a in args]
+    if "--format=json" in args or "-ojson" in args or "-o=json" in args:
+        return True
+    return any(a in ("--format", "-o") and b == "json" for a, b in itertools.pairwise(args))
+
+
+def usage_failure(exc: click.UsageError, args: Sequence[str] = ()) -> NoReturn:
+    """Report a usage mistake in escher's one error style and exit with `ExitCode.BAD_INPUT`.
+
+    Text: one line, ``error: <click's message> (see 'escher CMD --help')``; under
+    ``--format json`` (asked for in `args`, or already parsed) the JSON error object.
+    """
+    ctx = exc.ctx
+    if isinstance(exc, click.exceptions.NoArgsIsHelpError) and ctx is not None:
+        click.echo(ctx.get_help())  # a bare group (``escher``) shows its help
+        sys.exit(int(ExitCode.OK))
+    message = exc.format_message().strip()
+    if not message.endswith((".", "?", "!")):
+        message += "."
+    if ctx is not None and not (ctx.resilient_parsing or message.endswith("--help'.")):
+        message += f" See '{ctx.command_path} --help'."
+    fmt = "json" if json_requested(args) else current_format()
+    if fmt == "json":
+        error = {"message": message, "code": int(ExitCode.BAD_INPUT), "kind": "usage"}
+        click.echo(json.dumps({"error": error}), err=True)
+    else:
+        click.echo(f"error: {message}", err=True)
+    sys.exit(int(ExitCode.BAD_INPUT))
 
 
 class EscherCommand(click.Command):
@@ -256,12 +321,8 @@ class EscherCommand(click.Command):
         try:
             return super().parse_args(ctx, args)
         except click.UsageError as exc:
-            exc.exit_code = ExitCode.BAD_INPUT
-            if _json_requested(raw):
-                error = {"message": exc.format_message(), "code": exc.exit_code, "kind": "usage"}
-                click.echo(json.dumps({"error": error}), err=True)
-                ctx.exit(exc.exit_code)
-            raise
+            exc.ctx = exc.ctx or ctx
+            usage_failure(exc, raw)
 
     def invoke(self, ctx: click.Context) -> Any:
         """Run the command; escher's errors and Ctrl-C become `fail` with their exit code."""
@@ -271,6 +332,20 @@ class EscherCommand(click.Command):
             fail(str(exc), exit_code_for(exc), kind=type(exc).__name__)
         except KeyboardInterrupt:
             fail("interrupted.", ExitCode.INTERRUPTED, kind="interrupted")
+        except click.UsageError as exc:  # a value checked by the command itself
+            exc.ctx = exc.ctx or ctx
+            usage_failure(exc)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise
+        except Exception as exc:  # a bug: still one line, never a traceback
+            if os.environ.get("ESCHER_DEBUG"):
+                raise
+            fail(
+                f"unexpected {type(exc).__name__}: {exc}. This is a bug in escher: please "
+                "report it with the command line (ESCHER_DEBUG=1 shows the traceback).",
+                ExitCode.FAILED,
+                kind="internal",
+            )
 
 
 def command(
@@ -308,6 +383,7 @@ def command(
 
 __all__ = [
     "FORMATS",
+    "PLAIN_WIDTH",
     "SHARED_EXIT_CODES",
     "EscherCommand",
     "ExitCode",
@@ -320,4 +396,7 @@ __all__ = [
     "exit_code_for",
     "fail",
     "format_option",
+    "json_requested",
+    "output_width",
+    "usage_failure",
 ]

@@ -8,7 +8,7 @@ import click
 
 import escher
 from escher.cli.conventions import backend_option, command, emit
-from escher.explain.view import DEFAULT_INTERVAL, serve
+from escher.explain.view import DEFAULT_INTERVAL, MAX_PORT, serve
 
 
 @command(
@@ -18,9 +18,18 @@ from escher.explain.view import DEFAULT_INTERVAL, serve
         "escher view --backend kubernetes --port 8080",
         'escher view --host 0.0.0.0 --allow-actions --token "$TOKEN"',
     ],
+    exit_codes={
+        3: "bad input (usage, configuration, unknown name); or the port cannot be listened "
+        "on (in use: the reason is printed); nothing done",
+    },
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", type=int, default=0, help="Port (default: a free one).")
+@click.option(
+    "--port",
+    type=click.IntRange(0, MAX_PORT),
+    default=0,
+    help="Port (default 0: a free one).",
+)
 @click.option(
     "--allow-actions",
     is_flag=True,
@@ -34,7 +43,7 @@ from escher.explain.view import DEFAULT_INTERVAL, serve
 )
 @click.option(
     "--interval",
-    type=float,
+    type=click.FloatRange(0.01, 3600),
     default=DEFAULT_INTERVAL,
     show_default=True,
     help="Seconds between reads of the backend.",
@@ -42,7 +51,7 @@ from escher.explain.view import DEFAULT_INTERVAL, serve
 @click.option(
     "--for",
     "duration",
-    type=float,
+    type=click.FloatRange(0, min_open=True),
     default=None,
     metavar="SECONDS",
     help="Stop after this long (default: until interrupted).",

@@ -3,8 +3,10 @@
 One page: every node with used/total bars of its node-defined and ephemeral resources, the
 intents in force with the verifier's verdicts, and the pending tasks with their `why`. The page
 listens to server-sent events (`/events`): the server reads the backend every `interval`
-seconds (0.25 by default) and sends a new snapshot when anything changed, so the page is at
-most about `interval` behind the backend. `/api/state` returns one snapshot as JSON.
+seconds (0.25 by default) and sends a snapshot first and then only when something shown
+changed (the snapshot's time alone is not a change), so the page is at most about `interval`
+behind the backend; while nothing changes it sends a comment line (``: heartbeat``) every
+`HEARTBEAT` seconds so proxies keep the stream open. `/api/state` returns one snapshot as JSON.
 
 Read-only by default. With ``allow_actions=True`` the server also takes
 ``POST /api/cancel/<task id>`` and ``POST /api/set_resource`` (JSON ``{"label", "capacity",
@@ -23,6 +25,7 @@ with escher.init(nodes={"n1": {"CPU": 2}}) as backend, serve(backend) as server:
 from __future__ import annotations
 
 import asyncio
+import errno
 import ipaddress
 import json
 import secrets
@@ -53,6 +56,12 @@ from escher.explain._snapshot import IntentChecker, snapshot
 #: Seconds between reads of the backend (the page is at most about this far behind).
 DEFAULT_INTERVAL = 0.25
 
+#: Seconds between heartbeat comments on the event stream while nothing changes.
+HEARTBEAT = 15.0
+
+#: The largest TCP port.
+MAX_PORT = 65535
+
 
 def is_loopback(host: str) -> bool:
     """True for localhost and loopback addresses (127.0.0.0/8, ::1)."""
@@ -74,15 +83,24 @@ class _App:
         token: str | None,
         interval: float,
         checker: IntentChecker | None,
+        heartbeat: float = HEARTBEAT,
     ) -> None:
         self.backend = backend
         self.allow_actions = allow_actions
         self.token = token
         self.interval = interval
         self.checker = checker
+        self.heartbeat = heartbeat
 
     def current(self) -> str:
         return json.dumps(snapshot(self.backend, self.checker), sort_keys=True, default=str)
+
+    def current_with_key(self) -> tuple[str, str]:
+        """The snapshot as JSON, and what decides whether it changed (all but its time)."""
+        data = snapshot(self.backend, self.checker)
+        text = json.dumps(data, sort_keys=True, default=str)
+        data.pop("time", None)
+        return text, json.dumps(data, sort_keys=True, default=str)
 
     async def page(self, request: Request) -> Response:
         return HTMLResponse(PAGE)
@@ -92,12 +110,16 @@ class _App:
 
     async def events(self, request: Request) -> Response:
         async def stream() -> AsyncIterator[str]:
-            last, beat = "", time.monotonic()
+            last: str | None = None
+            beat = time.monotonic()
             while not await request.is_disconnected():
-                data = await asyncio.to_thread(self.current)
-                if data != last or time.monotonic() - beat > 15:
-                    last, beat = data, time.monotonic()
+                data, key = await asyncio.to_thread(self.current_with_key)
+                if key != last:
+                    last, beat = key, time.monotonic()
                     yield f"data: {data}\n\n"
+                elif time.monotonic() - beat >= self.heartbeat:
+                    beat = time.monotonic()
+                    yield ": heartbeat\n\n"
                 await asyncio.sleep(self.interval)
 
         headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
@@ -137,9 +159,10 @@ def create_app(
     token: str | None = None,
     interval: float = DEFAULT_INTERVAL,
     checker: IntentChecker | None = None,
+    heartbeat: float = HEARTBEAT,
 ) -> Starlette:
     """The web application for `backend` (see the module doc)."""
-    app = _App(backend, allow_actions, token, interval, checker)
+    app = _App(backend, allow_actions, token, interval, checker, heartbeat)
     routes = [
         Route("/", app.page),
         Route("/api/state", app.state),
@@ -178,11 +201,41 @@ class ViewServer:
         self.stop()
 
 
-def _free_port(host: str) -> int:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to `host`:`port` (0: a free port), ready for the server.
+
+    Raises:
+        ValidationError: `port` is out of range, or the address cannot be bound (in use, not
+            an address of this machine), with the system's reason.
+    """
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= MAX_PORT:
+        raise ValidationError(
+            f"port must be an int from 0 to {MAX_PORT} (0: a free one), got {port!r}."
+        )
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, kind, proto, _, address = infos[0]
+        sock = socket.socket(family, kind, proto)
+    except (OSError, UnicodeError) as exc:
+        raise ValidationError(
+            f"cannot listen on {host!r}: not an address of this machine "
+            f"({getattr(exc, 'strerror', None) or exc}). Give another host, e.g. 127.0.0.1."
+        ) from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        reason = exc.strerror or str(exc)
+        hint = (
+            "another program listens there: give another port, or 0 for a free one"
+            if exc.errno == errno.EADDRINUSE
+            else "give another host or port"
+        )
+        raise ValidationError(
+            f"cannot listen on {host}:{port}: {reason.lower()}; {hint}."
+        ) from None
+    return sock
 
 
 def serve(
@@ -194,6 +247,7 @@ def serve(
     token: str | None = None,
     interval: float = DEFAULT_INTERVAL,
     verify_interval: float = 2.0,
+    heartbeat: float = HEARTBEAT,
 ) -> ViewServer:
     """Serve the page for `backend` from a background thread; returns once it listens.
 
@@ -205,23 +259,34 @@ def serve(
         token: Required as ``Authorization: Bearer <token>`` for actions.
         interval: Seconds between reads of the backend.
         verify_interval: Seconds between verifications of the intents in force.
+        heartbeat: Seconds between heartbeat comments on the event stream while nothing
+            changes.
 
     Raises:
-        ValidationError: actions on a non-loopback address without a token.
+        ValidationError: actions on a non-loopback address without a token; a port out of
+            range or an address that cannot be bound (in use), with the reason.
     """
     if allow_actions and token is None and not is_loopback(host):
         raise ValidationError(
             f"actions that change the cluster are never served on {host} without a token: "
             "give a token, or listen on 127.0.0.1."
         )
-    port = port or _free_port(host)
+    sock = listen(host, port)
+    port = int(sock.getsockname()[1])
     checker = IntentChecker(backend, interval=verify_interval)
     app = create_app(
-        backend, allow_actions=allow_actions, token=token, interval=interval, checker=checker
+        backend,
+        allow_actions=allow_actions,
+        token=token,
+        interval=interval,
+        checker=checker,
+        heartbeat=heartbeat,
     )
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off")
     server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name="escher-view", daemon=True)
+    thread = threading.Thread(
+        target=server.run, kwargs={"sockets": [sock]}, name="escher-view", daemon=True
+    )
     thread.start()
     deadline = time.monotonic() + 10
     while not server.started and thread.is_alive() and time.monotonic() < deadline:
