@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import numbers
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, TypeAlias
 
 from escher.core.errors import (
@@ -13,6 +13,7 @@ from escher.core.errors import (
     InvalidResourceNameError,
     ReservedResourceError,
     ValidationError,
+    closest,
     short_repr,
 )
 
@@ -35,6 +36,64 @@ _LABEL_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?")
 _NAME_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_./:-]{0,251}[A-Za-z0-9])?")
 
 ResourceLike: TypeAlias = "Resources | Mapping[str, float] | None"
+
+#: Spellings of one node-defined resource in Ray, Kubernetes and escher: a request naming one
+#: of them on a cluster whose nodes use another is told the name the nodes use.
+RESOURCE_SPELLINGS: tuple[frozenset[str], ...] = (
+    frozenset({"CPU", "cpu", "cpus", "CPUs", "vcpu", "cores"}),
+    frozenset({"GPU", "gpu", "gpus", "GPUs", "nvidia.com/gpu", "amd.com/gpu"}),
+    frozenset({"memory", "mem", "ram", "Memory", "MEMORY", "RAM"}),
+    frozenset({"ephemeral-storage", "disk", "storage"}),
+)
+
+
+def suggest_resource(name: str, known: Iterable[str]) -> str | None:
+    """The resource of `known` a request for `name` (which no node has) most likely meant.
+
+    Another spelling of the same node-defined resource comes first (``cpu`` -> ``CPU``,
+    ``nvidia.com/gpu`` or ``gpu`` -> ``GPU`` on Ray, ``CPU`` -> ``cpu`` on Kubernetes,
+    ``mem`` -> ``memory``), then the same name in another case, then the closest name by edit
+    distance (`escher.core.errors.closest`). None when `name` is known or nothing is close.
+
+    Example:
+        >>> suggest_resource("cpu", ["CPU", "memory"])
+        'CPU'
+    """
+    names = sorted(set(known))
+    if name in names:
+        return None
+    lowered = name.lower()
+    for spellings in RESOURCE_SPELLINGS:
+        if name in spellings or lowered in {s.lower() for s in spellings}:
+            same = [k for k in names if k in spellings]
+            if same:
+                return same[0]
+    same_case = [k for k in names if k.lower() == lowered]
+    if same_case:
+        return same_case[0]
+    return closest(name, names)
+
+
+def resource_suggestions(request: Iterable[str], known: Iterable[str]) -> list[tuple[str, str]]:
+    """(name, what it likely meant) for each requested name no node has that has a close
+    match in `known` (see `suggest_resource`)."""
+    names = set(known)
+    found = []
+    for name in request:
+        match = None if name in names else suggest_resource(name, names)
+        if match is not None:
+            found.append((name, match))
+    return found
+
+
+def unknown_resource_hint(request: Iterable[str], known: Iterable[str]) -> str:
+    """A sentence naming each requested resource no node has and what it likely meant, e.g.
+    ``" No node has 'cpu'. Did you mean 'CPU'?"``; "" when every name is known or nothing
+    is close. The one place requests for unknown names get suggestions (API and CLI)."""
+    return "".join(
+        f" No node has {name!r}. Did you mean {match!r}?"
+        for name, match in resource_suggestions(request, known)
+    )
 
 
 def fits(request: Mapping[str, float], available: Mapping[str, float]) -> bool:

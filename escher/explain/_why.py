@@ -16,7 +16,7 @@ from typing import Any
 from escher.backends.base import Backend, PendingTask
 from escher.core.cluster import ClusterState
 from escher.core.errors import EscherError, ValidationError, did_you_mean
-from escher.core.resources import Resources
+from escher.core.resources import Resources, unknown_resource_hint
 from escher.core.task import StatusCode, TaskRef, TaskState
 from escher.esl._explain import Contribution, LabelNote
 from escher.explain._analysis import Analysis, analyse
@@ -154,7 +154,10 @@ class Explainer:
         ref = subject.ref
         if found.never or (ref is not None and ref.status.code is StatusCode.INFEASIBLE):
             return WhyResult(
-                verdict=Verdict.NEVER, summary=_never(found), conflict=found.conflict, **base
+                verdict=Verdict.NEVER,
+                summary=_never(found, subject.request, self.state),
+                conflict=found.conflict,
+                **base,
             )
         if found.fits:
             waits = self._placeable_waits(subject, found)
@@ -186,8 +189,7 @@ class Explainer:
                 f" No node has {', '.join(orphans)} and no policy of this process owns it: "
                 "create it with escher.set_resource, or drop it from the request."
             )
-            known = {name for node in self.state.nodes.values() for name in node.total}
-            summary += did_you_mean(orphans[0], known)
+            summary += unknown_resource_hint(orphans, _known_names(self.state))
         policy_waits = tuple(
             WaitReason(c.wait_kind or "resource", c.waiting, c.source)
             for c in contributions
@@ -358,12 +360,18 @@ def _orphans(conflict: Conflict, state: ClusterState) -> list[str]:
     ]
 
 
-def _never(found: Analysis) -> str:
+def _never(found: Analysis, request: Resources, state: ClusterState) -> str:
     conflict = found.conflict
     if conflict is None or not conflict.requirements:
         return "no node could ever hold it: there is no alive node."
     parts = ", ".join(f"{r.resource} {r.quantity:g}" for r in conflict.requirements)
-    return f"no node could ever hold it: no node has {parts} in total."
+    return f"no node could ever hold it: no node has {parts} in total." + unknown_resource_hint(
+        request, _known_names(state)
+    )
+
+
+def _known_names(state: ClusterState) -> set[str]:
+    return {name for node in state.nodes.values() for name in node.total}
 
 
 def why(handle: TaskRef | PendingTask, *, backend: Backend | None = None) -> WhyResult:

@@ -16,7 +16,8 @@ from rich.markup import escape
 
 import escher
 from escher.cli.conventions import backend_option, command, emit, fail
-from escher.core.errors import ValidationError
+from escher.core.errors import EscherError, ValidationError
+from escher.core.quantity import parse_quantity
 from escher.explain._result import EXIT_CODES, Verdict, WhyResult
 from escher.explain._why import Explainer
 
@@ -28,10 +29,13 @@ _OWN_CODES = {
 
 
 def parse_request(text: str) -> dict[str, float]:
-    """``CPU=2,gpu=1`` or a JSON object -> request.
+    """``CPU=2,memory=4Gi`` or a JSON object -> request.
+
+    Quantities are numbers or Kubernetes quantities (``500m``, ``4Gi``: memory is in bytes),
+    read by `escher.core.quantity.parse_quantity`.
 
     Raises:
-        ValidationError: neither form, or a quantity that is not a number.
+        ValidationError: neither form, or a quantity that is not a number or quantity.
     """
     text = text.strip()
     if text.startswith("{"):
@@ -41,19 +45,25 @@ def parse_request(text: str) -> dict[str, float]:
             raise ValidationError(f"--request: not valid JSON: {exc.msg}.") from None
         if not isinstance(data, dict):
             raise ValidationError("--request: expected a JSON object of name -> quantity.")
-        return {str(k): v for k, v in data.items()}
+        return {str(k): _quantity(k, v) for k, v in data.items()}
     request: dict[str, float] = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         name, sep, value = part.partition("=")
-        try:
-            request[name.strip()] = float(value)
-        except ValueError:
-            sep = ""
-        if not sep:
+        if not sep or not name.strip():
             raise ValidationError(
-                f"--request: {part!r} is not NAME=QUANTITY (e.g. --request CPU=2,grp-7=1)."
+                f"--request: {part!r} is not NAME=QUANTITY (e.g. --request CPU=2,memory=4Gi)."
             )
+        request[name.strip()] = _quantity(name.strip(), value)
+    if not request:
+        raise ValidationError("--request: name at least one resource (e.g. --request CPU=2).")
     return request
+
+
+def _quantity(name: object, value: object) -> float:
+    try:
+        return parse_quantity(value)
+    except EscherError as exc:
+        raise ValidationError(f"--request: {name}: {exc}") from None
 
 
 def _worst(results: list[WhyResult]) -> int:
@@ -65,7 +75,7 @@ def _worst(results: list[WhyResult]) -> int:
     examples=[
         "escher why                       # every pending task the backend shows",
         "escher why escher-train-3f2a91c0 --backend kubernetes   # one pod",
-        "escher why --request CPU=4,gpu=1   # could such a task start now?",
+        "escher why --request CPU=4,memory=2Gi   # could such a task start now?",
         "escher why --format json | jq '.tasks[].verdict'",
     ],
     exit_codes=_OWN_CODES,

@@ -34,7 +34,7 @@ from escher.core.errors import (
 )
 from escher.core.fit import gang_fit, node_defined
 from escher.core.nodespec import NodeSpec
-from escher.core.resources import Resources, validate_quantity
+from escher.core.resources import Resources, resource_suggestions, validate_quantity
 from escher.core.task import RetryCause, Status, StatusCode, TaskRef, TaskSpec, task_error
 
 log = logging.getLogger("escher.memory")
@@ -274,18 +274,37 @@ class MemoryBackend(Backend):
             )
 
     def _infeasible(self, ref: TaskRef) -> UnschedulableError:
-        reason = (
-            f"no node can ever fit {ref.spec.resources.to_dict()}: node-defined resources "
-            "exceed every node's capacity"
-        )
+        meant = resource_suggestions(ref.spec.resources, self._known_names())
+        if meant:
+            reason = f"no node can ever fit {ref.spec.resources.to_dict()}: " + "; ".join(
+                f"no node has {name!r} (did you mean {match!r}?)" for name, match in meant
+            )
+            advice = ". Use the names the nodes have."
+        else:
+            reason = (
+                f"no node can ever fit {ref.spec.resources.to_dict()}: node-defined "
+                "resources exceed every node's capacity"
+            )
+            advice = ". Ask for less or add a larger node."
         ref.set_status(Status(StatusCode.INFEASIBLE, reason))
-        return task_error(reason + ". Ask for less or add a larger node.", ref, UnschedulableError)
+        return task_error(reason + advice, ref, UnschedulableError)
+
+    def _known_names(self) -> set[str]:
+        return {name for node in self._matcher.nodes.values() for name in node.total}
 
     def _why(self, request: Resources) -> str:
         free = self._matcher._free
         missing = [name for name in request if name not in free]
         if missing:
-            return f"no node has {', '.join(missing)} available"
+            meant = dict(resource_suggestions(missing, self._known_names()))
+            return (
+                "no node has "
+                + ", ".join(
+                    f"{name} (did you mean {meant[name]!r}?)" if name in meant else name
+                    for name in missing
+                )
+                + " available"
+            )
         return f"no single node has {request.to_dict()} available"
 
     def _place_locked(self) -> list[_Running]:
