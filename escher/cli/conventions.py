@@ -112,9 +112,11 @@ def output_width(stream: Any) -> int | None:
 
 def console(*, stderr: bool = False) -> Console:
     """A rich console on stdout (or stderr). On a terminal it takes the terminal's width and
-    colours; elsewhere (pipes, files, CI logs) plain text, `output_width` columns wide."""
+    colours; elsewhere (pipes, files, CI logs) plain text: tables `output_width` columns
+    wide, lines of text not wrapped (so a path or a command stays whole for grep)."""
     stream = sys.stderr if stderr else sys.stdout
-    return Console(file=stream, width=output_width(stream))
+    width = output_width(stream)
+    return Console(file=stream, width=width, soft_wrap=width is not None)
 
 
 def exit_code_for(exc: BaseException) -> ExitCode:

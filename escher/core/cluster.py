@@ -9,7 +9,7 @@ from types import MappingProxyType
 from typing import Any
 
 from escher.core.errors import PlanFormatError, UnknownNodeError, ValidationError, did_you_mean
-from escher.core.formats import load_json, validate_document
+from escher.core.formats import load_json, read_document
 from escher.core.resources import EPSILON, Resources
 
 
@@ -97,7 +97,7 @@ class ClusterState:
         Raises:
             PlanFormatError: naming `source`, the place and the problem.
         """
-        validate_document(data, "cluster", source=source)
+        data, _ = read_document(data, "cluster", source=source)  # "16Gi" -> a number
         nodes: dict[str, Node] = {}
         for i, raw in enumerate(data["nodes"]):
             node = _node_from_dict(raw, f"{source}: nodes[{i}]")

@@ -9,6 +9,10 @@ the rules a schema cannot say (unique names, available <= total, ...) are checke
 classes that read the documents (`Plan.from_dict`, `ClusterState.from_dict`). Every problem
 raises `PlanFormatError` with the source (a file name), the place (``tasks[2].count``) and
 what to do.
+
+Quantities are numbers in the schemas; `read_document` also takes them written as
+Kubernetes quantities (``"2Gi"``, ``"500m"``, read by `escher.core.quantity.parse_quantity`)
+wherever a schema wants a number, so memory (in bytes) can be written as people write it.
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ try:  # the `verify` extra: reads large plan files faster
 except ImportError:  # pragma: no cover - depends on the installed extras
     _orjson = None  # type: ignore[assignment]
 
-from escher.core.errors import PlanFormatError, ValidationError
+from escher.core.errors import EscherError, PlanFormatError, ValidationError
+from escher.core.quantity import parse_quantity
 
 if TYPE_CHECKING:
     import jsonschema
@@ -44,6 +49,7 @@ __all__ = [
     "paused_gc",
     "place",
     "read_bytes",
+    "read_document",
     "schema",
     "validate_document",
 ]
@@ -305,6 +311,64 @@ def validate_document(data: Any, kind: str, *, source: str) -> list[Hashable] | 
     except RecursionError:  # a valid document is a few levels deep
         message = f"{source}: nested too deeply to be a plan or cluster."
     raise PlanFormatError(message)
+
+
+def read_document(data: Any, kind: str, *, source: str) -> tuple[Any, list[Hashable] | None]:
+    """`validate_document`, also taking quantities written as strings (``"2Gi"``, ``"500m"``)
+    wherever the schema wants a number.
+
+    Returns:
+        The document to read (`data` itself when it has no such string; else a copy with
+        each one replaced by its number) and the shapes `validate_document` returns.
+
+    Raises:
+        PlanFormatError: as `validate_document` (a string that is not a quantity is reported
+            at its place).
+    """
+    try:
+        return data, validate_document(data, kind, source=source)
+    except PlanFormatError:
+        try:
+            replaced = _quantity_strings(data, kind)
+        except RecursionError:  # nested too deeply: the error above says so
+            replaced = {}
+        if not replaced:
+            raise
+    fixed = _replaced(data, replaced)
+    return fixed, validate_document(fixed, kind, source=source)
+
+
+def _quantity_strings(data: Any, kind: str) -> dict[tuple[Any, ...], float]:
+    """Place -> number for every quantity string where the schema wants a number (other
+    strings stay: the schema's error names their place)."""
+    found: dict[tuple[Any, ...], float] = {}
+    pending = list(_validator(kind).iter_errors(data))
+    while pending:
+        error = pending.pop()
+        pending.extend(error.context or ())
+        if error.validator != "type" or not isinstance(error.instance, str):
+            continue
+        expected = error.validator_value
+        if "number" not in (expected if isinstance(expected, list) else [expected]):
+            continue
+        with contextlib.suppress(EscherError):
+            found[tuple(error.absolute_path)] = parse_quantity(error.instance)
+    return found
+
+
+def _replaced(data: Any, replaced: dict[tuple[Any, ...], float]) -> Any:
+    """A copy of `data` (only the containers on the way to a replaced place are copied)."""
+    if not replaced:
+        return data
+    heads: dict[Any, dict[tuple[Any, ...], float]] = {}
+    for path, value in replaced.items():
+        if not path:
+            return value
+        heads.setdefault(path[0], {})[path[1:]] = value
+    copy: Any = list(data) if isinstance(data, list) else dict(data)
+    for key, rest in heads.items():
+        copy[key] = _replaced(data[key], rest)
+    return copy
 
 
 def _first_error(data: Any, kind: str, source: str, fast_message: str) -> str:

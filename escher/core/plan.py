@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from escher.core.errors import PlanFormatError, ValidationError
-from escher.core.formats import load_json, paused_gc, validate_document
+from escher.core.formats import load_json, paused_gc, read_document
 from escher.core.nodespec import NodeSpec, NodeSpecLike
 from escher.core.resources import Resources, validate_label, validate_quantity
 
@@ -349,7 +349,7 @@ class Plan:
 
     @classmethod
     def _from_dict(cls, data: Any, source: str) -> Plan:
-        shapes = validate_document(data, "plan", source=source)
+        data, shapes = read_document(data, "plan", source=source)  # "2Gi" -> a number
         assert shapes is not None  # a valid plan has a list of tasks
         plan = cls()
         for i, raw in enumerate(data.get("resources", ())):

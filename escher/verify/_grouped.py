@@ -19,7 +19,7 @@ from typing import Any
 
 from escher.core.cluster import ClusterState
 from escher.core.errors import PlanFormatError
-from escher.core.formats import parse_bytes, paused_gc, read_bytes, validate_document
+from escher.core.formats import parse_bytes, paused_gc, read_bytes, read_document
 from escher.core.plan import Plan
 from escher.verify._engine import decide
 from escher.verify._statement import Statement, named_statement, task_words
@@ -201,7 +201,7 @@ def load_grouped(path: str | Path) -> Grouping:
 
 def _from_document(data: Any, source: str) -> Grouping:
     """The grouping of a parsed plan document."""
-    shapes = validate_document(data, "plan", source=source)
+    data, shapes = read_document(data, "plan", source=source)  # "2Gi" -> a number
     assert shapes is not None  # a valid plan has a list of tasks
     entries: list[dict[str, Any]] = data["tasks"]
     names = list(map(operator.itemgetter("name"), entries))
