@@ -36,3 +36,38 @@ def test_demo_on_a_given_backend_in_virtual_time_leaves_nothing() -> None:
     check(placements, per_node=4)
     assert ephemeral_labels(backend) == set()
     backend.close()
+
+
+def test_the_demo_explains_itself() -> None:
+    import json
+    import shlex
+
+    from click.testing import CliRunner
+
+    from escher.cli import main
+
+    result = CliRunner().invoke(main, ["demo", "--pairs", "3", "-o", "json"])
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert set(data["policies"]) == {"CoLocation", "LoadBalance"}
+    claims = data["claims"]
+    assert len(claims) == 4 and all(c["holds"] for c in claims)  # 3 pairs + spread
+    assert claims[-1]["claim"].startswith("pairs spread")
+    assert [step.split()[1] for step in data["next"]] == ["verify", "why", "state"]
+    text = CliRunner().invoke(main, ["demo"]).stdout
+    assert "CoLocation" in text and "LoadBalance" in text and "checked:" in text
+    assert "next:" in text and "escher verify" in text
+    for step in data["next"]:  # the next steps run as printed
+        argv = shlex.split(step.split("#")[0])[1:]
+        run = CliRunner().invoke(main, argv)
+        assert run.exit_code == 0, (step, run.output)
+
+
+def test_a_claim_that_does_not_hold_is_shown() -> None:
+    from escher.cli.demo import check_claims
+
+    claims = check_claims(
+        [("pair-0/task-0", "a"), ("pair-0/task-1", "b"), ("pair-1/task-0", "a")], per_node=1
+    )
+    assert [c.holds for c in claims] == [False, True, False]
+    assert claims[0].detail == "a, b" and claims[-1].detail == "a 2, b 1"
