@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,6 +68,27 @@ class EscherGroup(click.Group):
             choices = self.list_commands(ctx)
             ctx.fail(f"no command {name!r}.{did_you_mean(name, choices)}")
         return super().resolve_command(ctx, args)
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        """Run the command line; Ctrl-C at any point (also while a command's module loads)
+        is one ``error: interrupted.`` line and `ExitCode.INTERRUPTED`, never a traceback."""
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, False, **extra)
+        except (click.exceptions.Abort, KeyboardInterrupt):
+            fail("interrupted.", ExitCode.INTERRUPTED, kind="interrupted")
+        except click.ClickException as exc:  # usage mistakes are reported before this
+            exc.show()
+            sys.exit(exc.exit_code)
+        sys.exit(code if isinstance(code, int) else 0)
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         """Parse the group's own options; mistakes exit with `ExitCode.BAD_INPUT`."""

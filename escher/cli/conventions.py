@@ -11,6 +11,7 @@ A command built with `command` gets, without writing any of it:
   ``error: ...`` line too (the same style) and exit with `ExitCode.BAD_INPUT`;
 - an unexpected exception (a bug) is one ``error: unexpected ...`` line and
   `ExitCode.FAILED` (``ESCHER_DEBUG=1`` lets the traceback through);
+- every number option refuses NaN and infinities (`FiniteFloatRange`);
 - text output is plain and `PLAIN_WIDTH` columns wide when stdout is not a terminal;
 - an ``Examples`` and an ``Exit codes`` section in ``--help``.
 
@@ -43,6 +44,7 @@ import dataclasses
 import enum
 import itertools
 import json
+import math
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -252,6 +254,17 @@ class SuggestingChoice(click.Choice):  # type: ignore[type-arg]
             self.fail(f"{exc.message}{hint}", param, ctx)
 
 
+class FiniteFloatRange(click.FloatRange):
+    """A `click.FloatRange` that also refuses NaN and infinities (``--hold nan``)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        """The number `value` names; NaN, an infinity or a number out of range fails."""
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number
+
+
 def json_requested(args: Sequence[str]) -> bool:
     """True when the command line `args` asks for ``--format json`` (in any spelling:
     ``--format json``, ``--format=json``, ``-o json``, ``-ojson``), also before it parses."""
@@ -296,9 +309,16 @@ class EscherCommand(click.Command):
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
-        for param in self.params:  # every choice, also of options declared by hand, suggests
-            if type(param.type) is click.Choice:
-                param.type = SuggestingChoice(param.type.choices, param.type.case_sensitive)
+        for param in self.params:  # also options declared by hand: choices suggest, and
+            kind = param.type  # numbers are finite
+            if type(kind) is click.Choice:
+                param.type = SuggestingChoice(kind.choices, kind.case_sensitive)
+            elif kind == click.FLOAT:
+                param.type = FiniteFloatRange()
+            elif type(kind) is click.FloatRange:
+                param.type = FiniteFloatRange(
+                    kind.min, kind.max, kind.min_open, kind.max_open, kind.clamp
+                )
         self.examples = tuple(examples)
         self.exit_codes = {**SHARED_EXIT_CODES, **(exit_codes or {})}
 
@@ -389,6 +409,7 @@ __all__ = [
     "SHARED_EXIT_CODES",
     "EscherCommand",
     "ExitCode",
+    "FiniteFloatRange",
     "SuggestingChoice",
     "backend_option",
     "command",

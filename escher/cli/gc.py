@@ -61,7 +61,7 @@ def _text(report: GarbageReport, backend: Backend) -> str:
         "escher gc --dry-run                        # what would be removed",
         "escher gc --backend kubernetes --context prod",
         "escher gc --kubeconfig ~/.kube/config --label grp --format json",
-        "escher gc --all-sessions                   # also live sessions' (cluster idle only)",
+        "escher gc --backend kubernetes --all-sessions   # also live sessions' (cluster idle)",
     ],
 )
 @backend_option

@@ -85,7 +85,7 @@ def _print(console: Console, reports: list[Report], per_task: bool) -> None:
 )
 @click.option(
     "--hold",
-    type=float,
+    type=click.FloatRange(min=0),
     default=None,
     metavar="SECONDS",
     help="Running tasks of the snapshot release after this long (default: never).",
