@@ -127,3 +127,38 @@ def test_origins_follow_precedence(tmp_path: Path) -> None:
         "max_workers": "environment variable ESCHER_MEMORY_MAX_WORKERS",
         "virtual_clock": "argument virtual_clock",
     }
+
+
+@pytest.mark.parametrize(
+    ("backend", "environ", "file", "origin"),
+    [
+        ("memroy", {}, None, "argument backend: no backend named 'memroy'"),
+        (None, {"ESCHER_BACKEND": "memroy"}, None, "environment variable ESCHER_BACKEND: no"),
+        (None, {}, 'backend = "rya"\n', "escher.toml: backend: no backend named 'rya'"),
+    ],
+)
+def test_an_unknown_backend_names_where_it_came_from(
+    tmp_path: Path, backend: str | None, environ: dict[str, str], file: str | None, origin: str
+) -> None:
+    if file is not None:
+        (tmp_path / "escher.toml").write_text(file)
+    with pytest.raises(ConfigError, match=origin) as caught:
+        resolve(backend, environ=environ, cwd=tmp_path)
+    assert "Did you mean" in str(caught.value)
+
+
+def test_the_command_line_names_the_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    from escher.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ESCHER_BACKEND", "memroy")
+    result = CliRunner().invoke(main, ["state"])
+    assert result.exit_code == 3 and "Traceback" not in result.output
+    assert result.stderr.startswith("error: environment variable ESCHER_BACKEND: no backend")
+    monkeypatch.delenv("ESCHER_BACKEND")
+    result = CliRunner().invoke(main, ["state", "--backend", "memroy"])
+    assert result.exit_code == 3 and "Invalid value for '--backend'" in result.stderr

@@ -53,7 +53,9 @@ def suggest_resource(name: str, known: Iterable[str]) -> str | None:
     Another spelling of the same node-defined resource comes first (``cpu`` -> ``CPU``,
     ``nvidia.com/gpu`` or ``gpu`` -> ``GPU`` on Ray, ``CPU`` -> ``cpu`` on Kubernetes,
     ``mem`` -> ``memory``), then the same name in another case, then the closest name by edit
-    distance (`escher.core.errors.closest`). None when `name` is known or nothing is close.
+    distance (`escher.core.errors.closest`). None when `name` is known or nothing is close,
+    and for a spelling of a node-defined resource no node has (``gpu`` never suggests
+    ``CPU``).
 
     Example:
         >>> suggest_resource("cpu", ["CPU", "memory"])
@@ -66,8 +68,7 @@ def suggest_resource(name: str, known: Iterable[str]) -> str | None:
     for spellings in RESOURCE_SPELLINGS:
         if name in spellings or lowered in {s.lower() for s in spellings}:
             same = [k for k in names if k in spellings]
-            if same:
-                return same[0]
+            return same[0] if same else None  # never another resource (gpu is not CPU)
     same_case = [k for k in names if k.lower() == lowered]
     if same_case:
         return same_case[0]

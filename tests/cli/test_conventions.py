@@ -68,3 +68,69 @@ def test_exit_code_mapping() -> None:
     assert exit_code_for(UnknownNodeError("x")) is ExitCode.BAD_INPUT
     assert exit_code_for(BackendUnavailableError("x")) is ExitCode.UNAVAILABLE
     assert exit_code_for(TaskFailedError("x")) is ExitCode.FAILED
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ([], False),
+        (["--format"], False),
+        (["--format", "json"], True),
+        (["--format=json"], True),
+        (["-o", "json"], True),
+        (["-ojson"], True),
+        (["x", "-o", "text"], False),
+        (["json"], False),
+    ],
+)
+def test_json_is_seen_in_every_spelling(args: list[str], expected: bool) -> None:
+    from escher.cli.conventions import json_requested
+
+    assert json_requested(args) is expected
+
+
+def test_o_is_short_for_format_and_usage_errors_have_one_style() -> None:
+    assert json.loads(CliRunner().invoke(hello, ["-o", "json"]).stdout) == {
+        "greeting": "hello world"
+    }
+    result = CliRunner().invoke(hello, ["--nope"])
+    assert result.exit_code == 3 and result.stdout == ""
+    assert result.stderr == (
+        "error: No such option '--nope'. Did you mean '--name'? See 'hello --help'.\n"
+    )
+    result = CliRunner().invoke(hello, ["--nope", "-o", "json"])
+    assert json.loads(result.stderr)["error"]["kind"] == "usage"
+
+
+def test_a_bug_is_one_line_not_a_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+    @command("buggy", examples=["escher buggy"])
+    def buggy(fmt: str) -> None:
+        """Fail as a bug would."""
+        raise RuntimeError("boom")
+
+    monkeypatch.delenv("ESCHER_DEBUG", raising=False)
+    result = CliRunner().invoke(buggy, [])
+    assert result.exit_code == 70 and "Traceback" not in result.output
+    assert result.stderr.startswith("error: unexpected RuntimeError: boom.")
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_number_options_refuse_nan_and_infinity(value: str) -> None:
+    @command("wait", examples=["escher wait --seconds 1"])
+    @click.option("--seconds", type=float, default=1.0)
+    def wait(seconds: float, fmt: str) -> None:
+        """Wait."""
+
+    result = CliRunner().invoke(wait, ["--seconds", value])
+    assert result.exit_code == 3 and "is not a finite number" in result.stderr
+
+
+def test_plain_width_off_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from escher.cli.conventions import PLAIN_WIDTH, output_width
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert output_width(io.StringIO()) == PLAIN_WIDTH == 100
+    monkeypatch.setenv("COLUMNS", "120")
+    assert output_width(io.StringIO()) == 120

@@ -45,7 +45,7 @@ COMMANDS: dict[str, click.Command] = {
     if (command := main.get_command(CONTEXT, name)) is not None
 }
 #: Seconds a command may run before it gets Ctrl-C (escher view serves until interrupted).
-RUNS_FOR = 12.0
+RUNS_FOR = float(os.environ.get("ESCHER_TEST_RUNS_FOR", "12"))
 #: Backends whose examples need a real cluster, and the marker of their tests.
 CLUSTER_BACKENDS = {"ray": "ray", "kubernetes": "k8s", "k8s": "k8s"}
 KUBERNETES_OPTIONS = ("--kubeconfig", "--context", "--in-cluster")

@@ -62,3 +62,64 @@ def test_why_suggests_the_label_a_mistyped_request_meant() -> None:
         assert "Did you mean" not in escher.why(other).render()
         ref.cancel()
         other.cancel()
+
+
+@pytest.mark.parametrize(
+    ("name", "known", "expected"),
+    [
+        ("cpu", ["CPU", "memory"], "CPU"),  # Kubernetes' spelling on Ray's nodes
+        ("CPU", ["cpu", "memory", "pods"], "cpu"),  # and the other way round
+        ("gpu", ["CPU", "GPU"], "GPU"),
+        ("nvidia.com/gpu", ["CPU", "GPU", "memory"], "GPU"),
+        ("GPU", ["cpu", "memory", "nvidia.com/gpu"], "nvidia.com/gpu"),
+        ("gpus", ["CPU", "GPU"], "GPU"),
+        ("mem", ["CPU", "memory"], "memory"),
+        ("Memory", ["CPU", "memory"], "memory"),
+        ("RAM", ["cpu", "memory"], "memory"),
+        ("Fast-Disk", ["CPU", "fast-disk"], "fast-disk"),  # case, for any name
+        ("fast-disc", ["CPU", "fast-disk"], "fast-disk"),  # edit distance
+    ],
+)
+def test_a_resource_no_node_has_gets_the_close_name(
+    name: str, known: list[str], expected: str
+) -> None:
+    from escher.core.resources import suggest_resource, unknown_resource_hint
+
+    assert suggest_resource(name, known) == expected
+    assert unknown_resource_hint({name: 1}, known) == (
+        f" No node has {name!r}. Did you mean {expected!r}?"
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "known"),
+    [("CPU", ["CPU"]), ("gpu", ["CPU", "memory"]), ("tpu-v5", ["CPU", "GPU"])],
+)
+def test_no_resource_suggestion_when_known_or_nothing_close(name: str, known: list[str]) -> None:
+    from escher.core.resources import suggest_resource
+
+    assert suggest_resource(name, known) is None
+
+
+def test_launch_and_why_suggest_the_name_the_nodes_use() -> None:
+    with escher.init(nodes={"n1": {"CPU": 2, "GPU": 1}}):
+        ref = escher.launch(escher.node_id, resources={"cpu": 1})
+        with pytest.raises(escher.UnschedulableError, match="did you mean 'CPU'"):
+            ref.result(timeout=10)
+        from escher.explain import why_request
+
+        assert "Did you mean 'GPU'?" in why_request({"nvidia.com/gpu": 1}).render()
+        assert "Did you mean 'CPU'?" in why_request({"cpu": 1}).render()
+
+
+def test_the_command_line_suggests_too() -> None:
+    from click.testing import CliRunner
+
+    from escher.cli import main
+
+    result = CliRunner().invoke(main, ["why", "--request", "cpu=1"])
+    assert result.exit_code == 4 and "Did you mean 'CPU'?" in result.stdout
+    fits = CliRunner().invoke(main, ["why", "--request", "CPU=4,memory=2Gi", "-o", "json"])
+    assert fits.exit_code == 0, fits.output
+    bad = CliRunner().invoke(main, ["why", "--request", "memory=2Gx"])
+    assert bad.exit_code == 3 and "--request: memory: '2Gx' is not a quantity" in bad.stderr

@@ -15,6 +15,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -122,3 +123,56 @@ def test_page_shows_a_new_label_and_a_pending_task_within_2s() -> None:
             release.set()
             browser.close()
             shutil.rmtree(profile, ignore_errors=True)
+
+
+def _events(url: str, seconds: float, during: Any = None) -> list[str]:
+    """The lines of the event stream read for `seconds` (calling `during` after the first)."""
+    import http.client
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(url)
+    connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=10)
+    connection.request("GET", "/events")
+    response = connection.getresponse()
+    lines: list[str] = []
+    deadline = time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline:
+            line = response.readline().decode().rstrip("\n")
+            if line:
+                lines.append(line)
+                if during is not None and line.startswith("data:"):
+                    during()
+                    during = None
+    finally:
+        connection.close()
+    return lines
+
+
+def test_events_send_a_snapshot_only_when_something_changed() -> None:
+    with (
+        escher.init(nodes={"n1": {"CPU": 2}}) as backend,
+        serve(backend, interval=0.02, heartbeat=0.4) as server,
+    ):
+        idle = _events(server.url, 2.0)
+        snapshots = [line for line in idle if line.startswith("data:")]
+        assert len(snapshots) == 1, idle  # the first one; the clock alone is no change
+        assert idle.count(": heartbeat") >= 2, idle
+        changed = _events(server.url, 2.0, during=lambda: escher.set_resource("x", 1, "n1"))
+        snapshots = [json.loads(line[5:]) for line in changed if line.startswith("data:")]
+        assert len(snapshots) == 2, changed
+        assert [b["name"] for b in snapshots[-1]["nodes"][0]["ephemeral"]] == ["x"]
+
+
+def test_a_port_out_of_range_or_in_use_is_refused_with_the_reason() -> None:
+    import socket
+
+    with escher.init(nodes={"n1": {"CPU": 2}}) as backend:
+        with pytest.raises(ValidationError, match="0 to 65535"):
+            serve(backend, port=99999)
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            port = taken.getsockname()[1]
+            with pytest.raises(ValidationError, match="address already in use"):
+                serve(backend, port=port)
