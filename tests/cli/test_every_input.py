@@ -46,6 +46,8 @@ COMMANDS: dict[str, click.Command] = {
 }
 #: Seconds a command may run before it gets Ctrl-C (escher view serves until interrupted).
 RUNS_FOR = float(os.environ.get("ESCHER_TEST_RUNS_FOR", "12"))
+#: The same on a real cluster (Ray starting, a Kubernetes session's lease and clean-up).
+CLUSTER_RUNS_FOR = 150.0
 #: Backends whose examples need a real cluster, and the marker of their tests.
 CLUSTER_BACKENDS = {"ray": "ray", "kubernetes": "k8s", "k8s": "k8s"}
 KUBERNETES_OPTIONS = ("--kubeconfig", "--context", "--in-cluster")
@@ -92,7 +94,7 @@ def workdir(base: Path) -> Path:
     return base
 
 
-def run(argv: list[str] | str, cwd: Path) -> Outcome:
+def run(argv: list[str] | str, cwd: Path, runs_for: float = RUNS_FOR) -> Outcome:
     """Run an escher command line (a list: ``python -m escher.cli``; a string: bash)."""
     if isinstance(argv, str):
         shown, cmd = argv, ["bash", "-o", "pipefail", "-c", argv]
@@ -113,7 +115,7 @@ def run(argv: list[str] | str, cwd: Path) -> Outcome:
     )
     interrupted = False
     try:
-        stdout, stderr = process.communicate(timeout=RUNS_FOR)
+        stdout, stderr = process.communicate(timeout=runs_for)
     except subprocess.TimeoutExpired:
         interrupted = True
         os.killpg(process.pid, signal.SIGINT)  # Ctrl-C, to the whole pipeline
@@ -219,7 +221,7 @@ def test_help_examples_run_as_written(
         cluster = request.getfixturevalue("k8s_cluster")
         (cwd / "home" / ".kube").mkdir(parents=True)
         shutil.copy(cluster.kubeconfig, cwd / "home" / ".kube" / "config")
-    assert_clean(run(example, cwd), exit_codes(name))
+    assert_clean(run(example, cwd, CLUSTER_RUNS_FOR), exit_codes(name))
 
 
 # --- no arguments, and every option out of range -----------------------------------------------

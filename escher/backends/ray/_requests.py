@@ -7,7 +7,7 @@ from typing import Any
 
 from escher.backends.ray._entry import SplitRequest
 from escher.backends.ray._state import NodeCache, is_node_defined
-from escher.core.resources import Resources, validate_label
+from escher.core.resources import Resources, unknown_resource_hint, validate_label
 
 _BUILTIN = ("CPU", "GPU", "memory")
 
@@ -92,7 +92,9 @@ class RequestSplitter:
         self._cache.refresh()
         if self._fits_somewhere(physical):
             return None
+        known = {name for res in self._cache.physical().values() for name in res}
         return (
             f"no node of the Ray cluster has {physical.to_dict()} in total, so the request "
             "can never be placed; ask for less or add a bigger node."
+            + unknown_resource_hint(physical, known)
         )
