@@ -38,7 +38,7 @@ COMMANDS: dict[str, CommandEntry] = {
 def main() -> None:
     """escher: expressive cluster scheduling with ephemeral resources.
 
-    Every command takes --format text|json and --help (with examples and exit codes).
+    Every command takes -o/--format text|json and --help (with examples and exit codes).
     Shell completion: eval "$(_ESCHER_COMPLETE=bash_source escher)" (zsh_source, fish_source).
     """
 

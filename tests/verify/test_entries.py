@@ -51,7 +51,7 @@ def test_tasks_read_from_entries_equal_tasks_added_by_hand() -> None:
     [
         ({"count": True}, "tasks[3].count"),  # true is not 1
         ({"count": 1.5}, "tasks[3].count"),
-        ({"resources": {"CPU": "1", "memory": 4}}, "tasks[3].resources.CPU"),
+        ({"resources": {"CPU": "one", "memory": 4}}, "tasks[3].resources.CPU"),  # "1" is 1
         ({"resources": {"CPU": True, "memory": 4}}, "tasks[3].resources.CPU"),
         ({"name": ""}, "tasks[3].name"),
         ({"source": 7}, "tasks[3].source"),

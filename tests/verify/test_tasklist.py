@@ -113,7 +113,7 @@ BAD: list[Any] = [
     _alike(source=5),
     _alike(source=None),
     _alike(resources={"CPU": -1}),
-    _alike(resources={"CPU": "1"}),
+    _alike(resources={"CPU": "one"}),  # "1" is a quantity (1)
     _alike(resources={"CPU": 10**30}),
     _alike(creates={"": 1}),
     {**_alike(), "intents": [{"kind": "separated", "tasks": ["zz"]}]},
