@@ -187,12 +187,13 @@ def emit(data: Any, fmt: str, text: TextForm | None = None) -> None:
     """
     if fmt == "json":
         click.echo(json.dumps(data, indent=2, default=_jsonable))
-        return
-    out = console()
-    if callable(text) and not isinstance(text, str):
-        text(out)
     else:
-        out.print(data if text is None else text)
+        out = console()
+        if callable(text) and not isinstance(text, str):
+            text(out)
+        else:
+            out.print(data if text is None else text)
+    sys.stdout.flush()  # seen at once also through a pipe (escher view keeps running)
 
 
 def format_option(function: F) -> F:
