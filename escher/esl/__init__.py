@@ -24,6 +24,7 @@ from escher.esl._ledger import RecoveryReport
 from escher.esl._locality import DataLocality
 from escher.esl._node_affinity import NodeAffinity
 from escher.esl._plan_parts import PlanParts
+from escher.esl._planning import AppError, PlanRun, load_app, plan_app
 from escher.esl._policy import AllOf, FirstOf, Policy, Requests, SoftConstraints
 from escher.esl._prefer import (
     PreferApart,
@@ -74,6 +75,7 @@ __all__ = [
     "AdaptivePolicy",
     "AllOf",
     "AntiAffinity",
+    "AppError",
     "Barrier",
     "BinPacking",
     "Bound",
@@ -108,6 +110,7 @@ __all__ = [
     "Ordering",
     "PlanAhead",
     "PlanParts",
+    "PlanRun",
     "Policy",
     "Prediction",
     "PreferApart",
@@ -129,6 +132,8 @@ __all__ = [
     "check_deadlines",
     "dominant_share",
     "drf_allocation",
+    "load_app",
+    "plan_app",
     "plan_quotas",
     "simulate",
 ]

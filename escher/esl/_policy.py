@@ -29,6 +29,7 @@ from escher.core.resources import Resources, validate_quantity
 from escher.core.task import TaskRef, TaskSpec
 from escher.esl._constraint import Constraint, Recorder, build_spec, split_options
 from escher.esl._plan_parts import PlanParts
+from escher.esl._planning import record_launch
 from escher.esl._soft import SoftTaskRef
 
 
@@ -56,6 +57,15 @@ class Policy:
     def plan_parts(self, count: int, resources: Resources) -> PlanParts:
         """What the policy adds to a plan for `count` tasks requesting `resources`."""
         return PlanParts()
+
+    def promises(self, resources: Resources) -> list[tuple[Policy, PlanParts]]:
+        """What this policy promises about one task requesting `resources`, per policy that
+        makes the promise (a composition lists its members' promises).
+
+        A planning run keys each intent by the policy that made it, so every task launched
+        under one policy (directly or through any composition) shares one intent.
+        """
+        return [(self, self.plan_parts(1, resources))]
 
     def recorder(self) -> Recorder | None:
         """Where tasks report the labels they set from inside (an ESL's ledger), if any."""
@@ -122,6 +132,7 @@ class Policy:
         except BaseException:
             self.launch_failed(spec)
             raise
+        record_launch(self, ref)
         self.after_launch(ref)
         watch_done(self, ref)
         return ref
@@ -278,6 +289,9 @@ class AllOf(Policy):
             PlanParts.__and__, (p.plan_parts(count, resources) for p in self.policies)
         )
 
+    def promises(self, resources: Resources) -> list[tuple[Policy, PlanParts]]:
+        return [found for p in self.policies for found in p.promises(resources)]
+
     def recorder(self) -> Recorder | None:
         recorders = [r for p in self.policies if (r := p.recorder()) is not None]
         if not recorders:
@@ -361,6 +375,9 @@ class FirstOf(Policy):
 
     def plan_parts(self, count: int, resources: Resources) -> PlanParts:
         return self.alternatives[self.declared].plan_parts(count, resources)
+
+    def promises(self, resources: Resources) -> list[tuple[Policy, PlanParts]]:
+        return self.alternatives[self.declared].promises(resources)
 
     def launch(
         self,
