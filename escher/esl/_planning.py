@@ -15,22 +15,32 @@ import importlib.util
 import linecache
 import sys
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from escher.backends.base import Backend
 from escher.backends.planning import PlanningBackend
 from escher.core.cluster import ClusterState
 from escher.core.errors import EscherError, PlanningReadError, ValidationError, did_you_mean
 from escher.core.plan import Plan
+from escher.core.resources import Resources
 from escher.core.task import TaskRef
 from escher.esl._constraint import TaskBody
+from escher.esl._plan_parts import PlanParts
 
-if TYPE_CHECKING:  # annotations only
-    from escher.esl._policy import Policy
+
+class Promising(Protocol):
+    """What `record_launch` reads of a policy (`escher.esl.Policy` has it)."""
+
+    backend: Backend
+
+    @property
+    def source(self) -> str: ...
+
+    def promises(self, resources: Resources) -> Sequence[tuple[Any, PlanParts]]: ...
 
 
 def planning_backend(backend: Backend) -> PlanningBackend | None:
@@ -49,7 +59,7 @@ def attributed(backend: Backend, source: str) -> Iterator[None]:
         yield
 
 
-def record_launch(policy: Policy, ref: TaskRef) -> None:
+def record_launch(policy: Promising, ref: TaskRef) -> None:
     """Tell a planning backend what `policy` promises about the task `ref` (no-op when the
     backend runs tasks)."""
     planning = planning_backend(policy.backend)

@@ -17,6 +17,7 @@ from escher.esl._constraint import Constraint, build_spec
 from escher.esl._esl import ESL, Bound, node_ids
 from escher.esl._ledger import EVERY_NODE
 from escher.esl._plan_parts import PlanParts
+from escher.esl._policy import Policy
 
 
 class _PerNode(ESL):
@@ -446,6 +447,12 @@ class BinPacking(ESL):
         if nodes:
             parts.intents.append(lambda names: PinnedTo(names, source=source, nodes=nodes))
         return parts
+
+    def promises(self, resources: Resources) -> list[tuple[Policy, PlanParts]]:
+        """Its tasks run on the pack nodes: every node the set has grown to so far."""
+        source, nodes = self.source, tuple(self.pack_nodes)
+        build = lambda names: PinnedTo(names, source=source, nodes=nodes)  # noqa: E731
+        return [(self, PlanParts(intents=[build] if nodes else []))]
 
 
 class _SpreadGroup(Bound):
