@@ -16,6 +16,7 @@ from typing import Any
 import escher
 from escher.backends.memory import MemoryBackend
 from escher.core.cluster import ClusterState, Node
+from escher.core.plan import Plan
 from escher.core.resources import Resources
 from escher.core.task import TaskRef, TaskSpec
 from escher.esl import plan_app
@@ -46,11 +47,14 @@ def cluster(
 class Outcome:
     """A planned app and its real run."""
 
+    plan: Plan
     result: VerificationResult
     placement: dict[str, list[str]]  # planned task name -> node of each placed replica
     planned: list[str]  # every planned task name
     topologies: Mapping[str, Mapping[str, str]]
     state: ClusterState
+    why: list[Any]  # `escher.why` of the first task that never started, asked while it waited
+    unplaced: list[str]  # the status of each launched task that never started
 
     @property
     def all_placed(self) -> bool:
@@ -101,8 +105,11 @@ def _names(refs: list[TaskRef]) -> list[str]:
     return names
 
 
-def plan_and_run(app: Callable[[], Any], state: ClusterState, settle: float = 3.0) -> Outcome:
-    """Plan `app` on `state`, verify it, then run it on the memory backend over `state`."""
+def plan_and_run(
+    app: Callable[[], Any], state: ClusterState, settle: float = 3.0, ask_why: bool = False
+) -> Outcome:
+    """Plan `app` on `state`, verify it, then run it on the memory backend over `state`
+    (with `ask_why`, ask `escher.why` about the first task that never started)."""
     run = plan_app(app, state)
     result = verify(run.plan, state, timeout=30)
     nodes = {
@@ -113,6 +120,8 @@ def plan_and_run(app: Callable[[], Any], state: ClusterState, settle: float = 3.
     backend = MemoryBackend(nodes=nodes)
     launched = _recording(backend)
     placement: dict[str, list[str]] = {}
+    whys: list[Any] = []
+    unplaced: list[str] = []
     try:
         with escher.init(backend):
             app()
@@ -127,6 +136,10 @@ def plan_and_run(app: Callable[[], Any], state: ClusterState, settle: float = 3.
             for name, ref in zip(names, launched, strict=True):
                 if ref.started() and not ref.done() and ref.node_id is not None:
                     placement.setdefault(name, []).append(ref.node_id)
+            unplaced = [str(r.status) for r in launched if not r.started()]
+            waiting = [r for r in launched if not r.started() and not r.done()]
+            if ask_why and waiting:
+                whys.append(escher.why(waiting[0], backend=backend))
             RELEASE.set()
             for ref in launched:
                 if not ref.started():
@@ -137,4 +150,4 @@ def plan_and_run(app: Callable[[], Any], state: ClusterState, settle: float = 3.
     finally:
         RELEASE.set()
     names = [t.name for t in run.plan.tasks]
-    return Outcome(result, placement, names, run.plan.topologies, state)
+    return Outcome(run.plan, result, placement, names, run.plan.topologies, state, whys, unplaced)
