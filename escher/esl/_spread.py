@@ -17,6 +17,7 @@ from escher.esl._constraint import Constraint, build_spec
 from escher.esl._esl import ESL, Bound, node_ids
 from escher.esl._ledger import EVERY_NODE
 from escher.esl._plan_parts import PlanParts
+from escher.esl._planning import planning_backend
 from escher.esl._policy import Policy
 
 
@@ -186,8 +187,9 @@ class AntiAffinity(_PerNode):
 
     def before_launch(self, spec: TaskSpec) -> TaskSpec:
         """With `ghost`: launch the ghost that takes a node's unit, and let the task request
-        only the per-task resource the ghost leaves."""
-        if not self.ghost:
+        only the per-task resource the ghost leaves. A planning run plans the task with the
+        unit itself (the ghost's hand-over happens inside tasks, which do not run)."""
+        if not self.ghost or planning_backend(self.backend) is not None:
             return spec
         self._check_open()
         with self._lock:
@@ -212,7 +214,7 @@ class AntiAffinity(_PerNode):
         return dataclasses.replace(spec, resources=spec.resources - unit + {task_label: 1})
 
     def after_launch(self, ref: TaskRef) -> None:
-        if not self.ghost:
+        if not self.ghost or planning_backend(self.backend) is not None:
             return
         with self._lock:
             task_label = next(label for label in ref.spec.resources if label in self._ghosts)

@@ -134,6 +134,25 @@ def data_locality() -> None:
         loc.near("shard").launch(hold, resources={"CPU": 1})
 
 
+def task_queue() -> None:
+    queue = esl.TaskQueue(rate=2, name="q")
+    for _ in range(5):
+        queue.launch(hold, resources={"CPU": 1})
+
+
+def priorities() -> None:
+    prio = esl.Priority(levels=3, name="prio")
+    prio.high.launch(hold, resources={"CPU": 1})
+    prio.low.launch(hold, resources={"CPU": 1})
+
+
+def weighted_queues() -> None:
+    wfq = esl.WeightedFairQueue({"gold": 3, "bronze": 1}, slots_per_node=4, name="wfq")
+    for _ in range(3):
+        wfq.queue("gold").launch(hold, resources={"CPU": 1})
+    wfq.queue("bronze").launch(hold, resources={"CPU": 1})
+
+
 def zoned(i: int) -> dict[str, str]:
     return {"zone": "ab"[i % 2], "disk": "ssd" if i < 2 else "hdd"}
 
@@ -155,6 +174,9 @@ APPS: list[tuple[Callable[[], Any], int]] = [
     (fair_share, 4),
     (gang_alone, 4),
     (data_locality, 4),
+    (task_queue, 4),
+    (priorities, 4),
+    (weighted_queues, 4),
 ]
 
 
@@ -209,6 +231,17 @@ def test_an_infeasible_app_does_not_place_every_task() -> None:
     outcome = plan_and_run(too_many, cluster(4))
     assert outcome.result.status is Verdict.INFEASIBLE
     assert not outcome.all_placed
+
+
+def test_ghost_anti_affinity_is_planned_as_its_tasks() -> None:
+    def ghosts() -> None:
+        aa = esl.AntiAffinity(ghost=True, name="g")
+        for _ in range(3):
+            aa.launch(hold, resources={"CPU": 1})
+
+    run = esl.plan_app(ghosts, cluster(4))
+    assert [t.name for t in run.plan.tasks] == ["hold", "hold-2", "hold-3"]
+    assert [type(i) for i in run.plan.intents] == [Separated]
 
 
 def test_bin_packing_pins_to_its_pack_nodes() -> None:
