@@ -132,3 +132,10 @@ def test_verify_takes_a_plan_file_or_an_app_not_both() -> None:
     neither = run("verify", "--cluster", "cluster.json")
     assert both.exit_code == neither.exit_code == 3
     assert "give a PLAN_FILE or --app APP" in neither.stderr
+
+
+def test_plan_for_a_live_backend_snapshot() -> None:
+    result = run("plan", "app.py:crowded", "--backend", "memory", "--format", "json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["tasks"] == 9 and data["cluster"] == "backend 'memory'"
