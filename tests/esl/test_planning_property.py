@@ -1,7 +1,8 @@
 """Property: the plan a planning run records tells what the same code does when it runs.
 
 Hypothesis draws clusters and compositions of ESLs (co-location groups AND a per-node limit
-shared by all of them, anti-affinity with a per-node limit, gangs). For each, the app is
+shared by all of them, anti-affinity with a per-node limit, alone or AND a node affinity,
+anti-affinity over zones, gangs). For each, the app is
 planned and verified, then run on the in-memory backend over the same cluster:
 
 * FEASIBLE: the run places every task, and no intent the verifier proved is broken;
@@ -33,7 +34,7 @@ class Shape:
 
     nodes: int
     cpus: int
-    kind: str  # "groups" or "spread"
+    kind: str  # "groups", "spread", "affinity" (spread on zone a only) or "zones"
     count: int  # groups, or spread tasks
     size: int  # members per group
     limit: str  # "none", "anti-affinity", "load-balance"
@@ -56,10 +57,16 @@ class Shape:
                 for group in groups:
                     for _ in range(self.size):
                         group.launch(hold)
-            else:
-                aa = esl.AntiAffinity(per_node=self.per_node, name="aa")
+            elif self.kind == "zones":
+                zones = esl.DomainAntiAffinity("zone", per_domain=self.per_node, name="zones")
                 for _ in range(self.count):
-                    aa.launch(hold, resources={"CPU": 1})
+                    zones.launch(hold, resources={"CPU": 1})
+            else:
+                policy: esl.Policy = esl.AntiAffinity(per_node=self.per_node, name="aa")
+                if self.kind == "affinity":
+                    policy = esl.NodeAffinity({"zone": "a"}, name="zone-a") & policy
+                for _ in range(self.count):
+                    policy.launch(hold, resources={"CPU": 1})
             if self.gang:
                 gang = esl.Gang(name="g")
                 gang.run([esl.Member(hold, resources={"CPU": 1}) for _ in range(self.gang)])
@@ -71,7 +78,7 @@ shapes = st.builds(
     Shape,
     nodes=st.integers(1, 4),
     cpus=st.integers(1, 4),
-    kind=st.sampled_from(["groups", "spread"]),
+    kind=st.sampled_from(["groups", "spread", "affinity", "zones"]),
     count=st.integers(1, 4),
     size=st.integers(1, 3),
     limit=st.sampled_from(["none", "anti-affinity", "load-balance"]),
@@ -88,7 +95,7 @@ shapes = st.builds(
 )
 @given(shapes)
 def test_the_plan_tells_what_the_run_does(shape: Shape) -> None:
-    state = cluster(shape.nodes, shape.cpus)
+    state = cluster(shape.nodes, shape.cpus, labels=lambda i: {"zone": "ab"[i % 2]})
     outcome = plan_and_run(shape.app(), state, settle=1.0, ask_why=True)
     status = outcome.result.status
     assert status is not Verdict.UNKNOWN, outcome.result.render()
