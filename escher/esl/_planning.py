@@ -59,6 +59,13 @@ def attributed(backend: Backend, source: str) -> Iterator[None]:
         yield
 
 
+def plan_warning(backend: Backend, text: str) -> None:
+    """In a planning run, note something the plan leaves out (shown with the plan)."""
+    planning = planning_backend(backend)
+    if planning is not None:
+        planning.warn(text)
+
+
 def record_launch(policy: Promising, ref: TaskRef) -> None:
     """Tell a planning backend what `policy` promises about the task `ref` (no-op when the
     backend runs tasks)."""
@@ -146,7 +153,7 @@ def plan_app(
             "the app called escher.init() itself, so it ran on another backend; a planned "
             "app uses the backend escher is initialised with (escher.current_backend())."
         )
-    warnings: list[str] = []
+    warnings = list(backend.warnings)
     if stopped_at:
         warnings.append(
             f"the plan stops at {stopped_at}: the app reads a task's result there and nothing "

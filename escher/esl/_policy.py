@@ -29,7 +29,7 @@ from escher.core.resources import Resources, validate_quantity
 from escher.core.task import TaskRef, TaskSpec
 from escher.esl._constraint import Constraint, Recorder, build_spec, split_options
 from escher.esl._plan_parts import PlanParts
-from escher.esl._planning import record_launch
+from escher.esl._planning import plan_warning, record_launch
 from escher.esl._soft import SoftTaskRef
 
 
@@ -395,6 +395,14 @@ class FirstOf(Policy):
             A `SoftTaskRef`: a `TaskRef` that follows whichever attempt runs.
         """
         options = split_options(kwargs)
+        if len(self.alternatives) > 1:
+            rest = " | ".join(f"({p.source})" for p in self.alternatives[1:])
+            plan_warning(
+                self.backend,
+                f"{self.source}: planned with its first alternative; the fallbacks {rest} "
+                f"start only after {self.timeout:g}s of waiting, which a planning run never "
+                "does, so they are not in the plan.",
+            )
 
         def make(index: int) -> TaskSpec:
             alt = self.alternatives[index]

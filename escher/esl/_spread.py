@@ -17,7 +17,7 @@ from escher.esl._constraint import Constraint, build_spec
 from escher.esl._esl import ESL, Bound, node_ids
 from escher.esl._ledger import EVERY_NODE
 from escher.esl._plan_parts import PlanParts
-from escher.esl._planning import planning_backend
+from escher.esl._planning import plan_warning, planning_backend
 from escher.esl._policy import Policy
 
 
@@ -317,6 +317,13 @@ class LoadBalance(_PerNode):
 
     def after_launch(self, ref: TaskRef) -> None:
         if not self.dynamic:
+            return
+        if planning_backend(self.backend) is not None:
+            plan_warning(
+                self.backend,
+                f"{self.source}: planned with per_node={self.per_node}; its monitor adjusts "
+                "the cap over time, which a planning run never lets pass.",
+            )
             return
         with self._lock:
             self._refs.append(ref)

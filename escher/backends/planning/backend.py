@@ -138,6 +138,7 @@ class PlanningBackend(Backend):
         self._sources: list[str] = []
         self._numbers = itertools.count(1)
         self._gangs = itertools.count(1)
+        self._warnings: dict[str, None] = {}
 
     @property
     def clock(self) -> Clock:
@@ -192,6 +193,17 @@ class PlanningBackend(Backend):
             entry.build = build
             if launch.name not in entry.names:
                 entry.names.append(launch.name)
+
+    def warn(self, text: str) -> None:
+        """Note something the plan leaves out (each text once, in order)."""
+        with self._lock:
+            self._warnings.setdefault(text, None)
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """What policies said the plan leaves out (`warn`)."""
+        with self._lock:
+            return tuple(self._warnings)
 
     def add_topology(self, key: str, domains: Mapping[str, str]) -> None:
         """An escher-defined topology the recorded intents use (`Plan.add_topology`)."""

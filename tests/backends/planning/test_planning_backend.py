@@ -154,3 +154,16 @@ def test_load_app_reads_files_and_modules(tmp_path: Path) -> None:
         load_app(f"{tmp_path / 'raising.py'}:main")
     with pytest.raises(ValidationError, match="not a function"):
         load_app("escher.esl:__all__")
+
+
+def test_what_the_plan_leaves_out_is_said() -> None:
+    def app() -> None:
+        soft = esl.FirstOf(esl.AntiAffinity(name="aa"), {"CPU": 1}, timeout=2)
+        soft.launch(len, [], resources={"CPU": 1})
+        esl.LoadBalance(dynamic=True, name="lb").launch(len, [])
+
+    run = plan_app(app, state())
+    assert len(run.warnings) == 2
+    assert "planned with its first alternative" in run.warnings[0] and "2s" in run.warnings[0]
+    assert "LoadBalance('lb'): planned with per_node=1" in run.warnings[1]
+    assert len(run.plan.tasks) == 2
