@@ -134,20 +134,16 @@ def plan_app(
     if not callable(app):
         raise ValidationError(f"plan_app takes a function called with no arguments, got {app!r}.")
     backend = PlanningBackend(state)
-    previous = escher._api._backend
-    escher._api._backend = backend
     stopped_at = ""
-    try:
-        app()
-    except PlanningReadError as exc:
-        stopped_at = _where(exc)
-    except EscherError as exc:
-        raise AppError(f"the app raised {type(exc).__name__}{_at(exc)}: {exc}") from exc
-    except Exception as exc:
-        raise AppError(f"the app raised {type(exc).__name__}{_at(exc)}: {exc}") from exc
-    finally:
-        replaced = escher._api._backend is not backend
-        escher._api._backend = previous
+    with escher.use_backend(backend):
+        try:
+            app()
+        except PlanningReadError as exc:
+            stopped_at = _where(exc)
+        except Exception as exc:
+            raise AppError(f"the app raised {type(exc).__name__}{_at(exc)}: {exc}") from exc
+        finally:
+            replaced = not escher.is_initialized() or escher.current_backend() is not backend
     if replaced:
         raise ValidationError(
             "the app called escher.init() itself, so it ran on another backend; a planned "
