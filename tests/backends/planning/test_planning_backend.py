@@ -167,3 +167,15 @@ def test_what_the_plan_leaves_out_is_said() -> None:
     assert "planned with its first alternative" in run.warnings[0] and "2s" in run.warnings[0]
     assert "LoadBalance('lb'): planned with per_node=1" in run.warnings[1]
     assert len(run.plan.tasks) == 2
+
+
+def test_use_backend_restores_without_closing() -> None:
+    planning = PlanningBackend(state())
+    with escher.init(backend="memory") as live:
+        with escher.use_backend(planning):
+            assert escher.current_backend() is planning
+            escher.init(backend="memory")  # the block's own backend: closed at the end
+        assert escher.current_backend() is live
+        live.get_cluster_state()  # still open
+    with pytest.raises(ValidationError, match="takes a Backend"), escher.use_backend("memory"):  # type: ignore[arg-type]
+        pass
