@@ -133,6 +133,7 @@ class PlanningBackend(Backend):
         self._launches: list[_Launch] = []
         self._by_ref: dict[str, _Launch] = {}
         self._names: set[str] = set()
+        self._suffixes: dict[str, int] = {}
         self._promises: dict[Hashable, _Promise] = {}
         self._topologies: dict[str, dict[str, str]] = {}
         self._sources: list[str] = []
@@ -304,11 +305,15 @@ class PlanningBackend(Backend):
     def _record(self, spec: TaskSpec) -> TaskRef:
         ref = TaskRef(spec, canceller=self._cancel, waiter=self._refuse_read)
         with self._lock:
+            # the first free of name, name-2, name-3, ...: numbers below the base's counter
+            # are all taken, so the scan resumes there
             name = spec.name
-            number = 1
-            while name in self._names:
-                number += 1
+            if name in self._names:
+                number = self._suffixes.get(spec.name, 2)
+                while f"{spec.name}-{number}" in self._names:
+                    number += 1
                 name = f"{spec.name}-{number}"
+                self._suffixes[spec.name] = number + 1
             self._names.add(name)
             launch = _Launch(name, spec.resources, f"launch({spec.name!r})")
             self._launches.append(launch)
