@@ -153,6 +153,22 @@ def weighted_queues() -> None:
     wfq.queue("bronze").launch(hold, resources={"CPU": 1})
 
 
+def first_of() -> None:
+    """A fallback whose first alternative fits: the plan proves that one."""
+    aa = esl.AntiAffinity(name="aa")
+    soft = esl.FirstOf(aa, {"CPU": 1}, timeout=10)
+    for _ in range(3):
+        soft.launch(hold, resources={"CPU": 1})
+
+
+def fair_and_anti_affinity() -> None:
+    fair = esl.FairShare(slots_per_node=4, name="fair")
+    aa = esl.AntiAffinity(name="aa")
+    alice = fair.create_user("alice")
+    for _ in range(3):
+        (alice & aa).launch(hold, resources={"CPU": 1})
+
+
 def zoned(i: int) -> dict[str, str]:
     return {"zone": "ab"[i % 2], "disk": "ssd" if i < 2 else "hdd"}
 
@@ -177,6 +193,8 @@ APPS: list[tuple[Callable[[], Any], int]] = [
     (task_queue, 4),
     (priorities, 4),
     (weighted_queues, 4),
+    (first_of, 4),
+    (fair_and_anti_affinity, 4),
 ]
 
 
