@@ -3,8 +3,9 @@
 Each ESL turns an intent (co-locate these, spread those, run these as a gang) into
 ephemeral resources and resource requests through the backend-neutral API, so the same
 policy runs on the in-memory backend, Ray and Kubernetes. ESLs clean up what they create
-(`close()`, context manager, finaliser), declare their intent for the verifier
-(`declare(plan, ...)`) and compose: ``a & b`` (both hold) and ``a | b`` (fallback).
+(`close()`, context manager, finaliser), promise their intent to the verifier as they act
+(plan the launching code with `plan_app`; see docs/planning.md) and compose: ``a & b``
+(both hold) and ``a | b`` (fallback).
 
 Example (the paper's co-location + load balancing)::
 

@@ -1,8 +1,10 @@
 """`Policy`: what constrains where tasks run, its launch hooks, and how policies compose.
 
-A policy turns a scheduling intent into a `Constraint` per task and declares the intent in a
-`Plan` for the verifier. Launching goes through three documented hooks, in the style of
-dask's scheduler plugins, so a policy adds behaviour without re-declaring `launch`:
+A policy turns a scheduling intent into a `Constraint` per task and promises the intent for
+the verifier: in a planning run (`escher.esl.plan_app`) each launch reports the policy's
+`promises`, so the plan comes from the launching code itself. Launching goes through
+documented hooks, in the style of dask's scheduler plugins, so a policy adds behaviour
+without re-declaring `launch`:
 
 * `before_launch(spec) -> spec`: the spec is built (request = the task's own + the
   constraint's); return it, or a changed copy (e.g. steered to a node);
@@ -29,7 +31,7 @@ from escher.core.resources import Resources, validate_quantity
 from escher.core.task import TaskRef, TaskSpec
 from escher.esl._constraint import Constraint, Recorder, build_spec, split_options
 from escher.esl._plan_parts import PlanParts
-from escher.esl._planning import plan_warning, record_launch
+from escher.esl._planning import plan_warning, planning_backend, record_launch
 from escher.esl._soft import SoftTaskRef
 
 
@@ -395,7 +397,7 @@ class FirstOf(Policy):
             A `SoftTaskRef`: a `TaskRef` that follows whichever attempt runs.
         """
         options = split_options(kwargs)
-        if len(self.alternatives) > 1:
+        if len(self.alternatives) > 1 and planning_backend(self.backend) is not None:
             rest = " | ".join(f"({p.source})" for p in self.alternatives[1:])
             plan_warning(
                 self.backend,
