@@ -15,7 +15,7 @@ import pytest
 import escher
 from escher import esl
 from escher.core.plan import Colocated, Gang, PinnedTo, Separated, SpreadAtMost
-from escher.verify import Verdict
+from escher.verify import Verdict, verify
 from tests.support.planning import cluster, hold, plan_and_run
 
 
@@ -266,3 +266,18 @@ def test_bin_packing_pins_to_its_pack_nodes() -> None:
     plan = esl.plan_app(bin_packing, cluster(4)).plan
     pinned = [i for i in plan.intents if isinstance(i, PinnedTo)]
     assert len(pinned) == 1 and len(pinned[0].tasks) == 5
+
+
+def test_a_plan_verifies_against_another_cluster_without_pinned_nodes() -> None:
+    plan = esl.plan_app(shared_anti_affinity, cluster(8, cpus=8)).plan
+    six = escher.ClusterState(
+        {
+            f"other-{i}": escher.Node(
+                f"other-{i}", escher.Resources({"CPU": 6}), escher.Resources({"CPU": 6})
+            )
+            for i in range(3)
+        }
+    )
+    result = verify(plan, six)
+    assert result.feasible and result.warnings == ()
+    assert all(r.status.value == "proven" for r in result.intents)
