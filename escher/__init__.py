@@ -27,6 +27,7 @@ from escher._api import (
     set_resources,
     shutdown,
     task,
+    use_backend,
 )
 from escher.backends._registry import DISTRIBUTION
 from escher.core.cluster import ClusterState, Node
@@ -121,5 +122,6 @@ __all__ = [
     "set_resources",
     "shutdown",
     "task",
+    "use_backend",
     "why",
 ]

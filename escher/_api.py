@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from escher._config import resolve
@@ -105,6 +106,31 @@ def shutdown() -> None:
         current, _backend = _backend, None
     if current is not None:
         current.close()
+
+
+@contextlib.contextmanager
+def use_backend(backend: Backend) -> Iterator[Backend]:
+    """Make `backend` the active backend inside the block, then restore the one before.
+
+    Neither is closed (unlike `init`, which closes the backend it replaces). A backend the
+    block made active itself (an `init` inside) is closed at the end. Used by planning runs
+    (`escher.esl.plan_app`) to run an app on a planning backend.
+
+    Raises:
+        ValidationError: `backend` is not a `Backend`.
+    """
+    global _backend
+    if not isinstance(backend, Backend):
+        raise ValidationError(f"use_backend takes a Backend, got {short_repr(backend)}.")
+    with _lock:
+        previous, _backend = _backend, backend
+    try:
+        yield backend
+    finally:
+        with _lock:
+            current, _backend = _backend, previous
+        if current is not None and current is not backend and current is not previous:
+            current.close()
 
 
 def is_initialized() -> bool:

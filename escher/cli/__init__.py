@@ -23,6 +23,7 @@ COMMANDS: dict[str, CommandEntry] = {
     "bench": CommandEntry("escher.cli.bench:bench"),
     "demo": CommandEntry("escher.cli.demo:demo"),
     "gc": CommandEntry("escher.cli.gc:gc"),
+    "plan": CommandEntry("escher.cli.plan:plan"),
     "state": CommandEntry("escher.cli.state:state"),
     "verify": CommandEntry("escher.verify._cli:verify"),
     "view": CommandEntry("escher.explain._view_cli:view", extra="view"),

@@ -9,7 +9,7 @@ from types import MappingProxyType
 from typing import Any
 
 from escher.core.errors import PlanFormatError, UnknownNodeError, ValidationError, did_you_mean
-from escher.core.formats import load_json, read_document
+from escher.core.formats import load_json, read_document, save_json
 from escher.core.resources import EPSILON, Resources
 
 
@@ -105,6 +105,15 @@ class ClusterState:
                 raise PlanFormatError(f"{source}: nodes[{i}].id: duplicate node id {node.id!r}.")
             nodes[node.id] = node
         return cls(nodes=nodes, time=float(data.get("time", 0.0)))
+
+    def save(self, path: str | Path) -> Path:
+        """Write this snapshot as a cluster file (JSON; `load` reads it back). The same
+        snapshot gives the same bytes.
+
+        Raises:
+            ValidationError: the file cannot be written.
+        """
+        return save_json(self.to_dict(), path, "cluster")
 
     @classmethod
     def load(cls, path: str | Path) -> ClusterState:

@@ -26,6 +26,7 @@ EscherError
 │   ├── UnschedulableError             no node can ever fit it (status INFEASIBLE)
 │   └── GangAbortedError               its gang's reservation was rolled back before it ran
 ├── GetTimeoutError (TimeoutError)     escher.get() timed out; the task keeps going
+├── PlanningReadError                  a planning run read a task's result (nothing runs)
 └── VerificationError                  refused to launch a plan not proven feasible
 ```
 
@@ -141,6 +142,15 @@ class GangAbortedError(TaskError):
 
 class GetTimeoutError(EscherError, TimeoutError):
     """escher.get() returned before the task finished. The task keeps running."""
+
+
+class PlanningReadError(EscherError):
+    """A planning run read a task's result or waited on a task: nothing runs in a planning
+    run, so the plan ends at that line (plan an app that branches on results in phases)."""
+
+    def __init__(self, message: str, task: str = "") -> None:
+        super().__init__(message)
+        self.task = task
 
 
 class VerificationError(EscherError):

@@ -486,3 +486,19 @@ def parse_bytes(raw: bytes, path: str | Path) -> Any:
     if "\r" in text:  # as a file read as text: lines end at "\r\n", "\r" or "\n"
         text = text.replace("\r\n", "\n").replace("\r", "\n")
     return parse_json(text, source=str(path))
+
+
+def save_json(data: Any, path: str | Path, what: str) -> Path:
+    """Write `data` as the JSON file `path` of kind `what`: two-space indents, keys in the
+    order `data` has them, a final newline (the same data gives the same bytes).
+
+    Raises:
+        ValidationError: the file cannot be written, naming it and why.
+    """
+    target = Path(path)
+    text = json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    try:
+        target.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise ValidationError(f"{path}: cannot write {what} file: {exc.strerror}.") from None
+    return target

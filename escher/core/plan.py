@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from escher.core.errors import PlanFormatError, ValidationError
-from escher.core.formats import load_json, paused_gc, read_document
+from escher.core.formats import load_json, paused_gc, read_document, save_json
 from escher.core.nodespec import NodeSpec, NodeSpecLike
 from escher.core.resources import Resources, validate_label, validate_quantity
 
@@ -196,8 +196,8 @@ INTENT_KINDS: Mapping[str, type[Intent]] = {
 class Plan:
     """A batch of tasks, ephemeral resources and intents to verify and launch.
 
-    Check one with `escher.verify.verify(plan, state)`; save and load it with `to_dict`,
-    `from_dict` and `load` (the plan file format, docs/file-formats.md).
+    Check one with `escher.verify.verify(plan, state)`; save and load it with `save` and
+    `load` (or `to_dict` and `from_dict`; the plan file format, docs/file-formats.md).
     """
 
     resources: list[PlannedResource] = field(default_factory=list)
@@ -370,6 +370,15 @@ class Plan:
             PlanFormatError: unreadable file or bad content, naming the file and place.
         """
         return cls.from_dict(load_json(path, "plan"), source=str(path))
+
+    def save(self, path: str | Path) -> Path:
+        """Write this plan as a plan file (JSON; `load` reads it back). The same plan gives
+        the same bytes.
+
+        Raises:
+            ValidationError: the file cannot be written.
+        """
+        return save_json(self.to_dict(), path, "plan")
 
     def check(self) -> None:
         """Check every entry, also ones appended to the lists directly (types, ranges, names).

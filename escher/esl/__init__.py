@@ -3,8 +3,9 @@
 Each ESL turns an intent (co-locate these, spread those, run these as a gang) into
 ephemeral resources and resource requests through the backend-neutral API, so the same
 policy runs on the in-memory backend, Ray and Kubernetes. ESLs clean up what they create
-(`close()`, context manager, finaliser), declare their intent for the verifier
-(`declare(plan, ...)`) and compose: ``a & b`` (both hold) and ``a | b`` (fallback).
+(`close()`, context manager, finaliser), promise their intent to the verifier as they act
+(plan the launching code with `plan_app`; see docs/planning.md) and compose: ``a & b``
+(both hold) and ``a | b`` (fallback).
 
 Example (the paper's co-location + load balancing)::
 
@@ -24,6 +25,7 @@ from escher.esl._ledger import RecoveryReport
 from escher.esl._locality import DataLocality
 from escher.esl._node_affinity import NodeAffinity
 from escher.esl._plan_parts import PlanParts
+from escher.esl._planning import AppError, PlanRun, load_app, plan_app
 from escher.esl._policy import AllOf, FirstOf, Policy, Requests, SoftConstraints
 from escher.esl._prefer import (
     PreferApart,
@@ -74,6 +76,7 @@ __all__ = [
     "AdaptivePolicy",
     "AllOf",
     "AntiAffinity",
+    "AppError",
     "Barrier",
     "BinPacking",
     "Bound",
@@ -108,6 +111,7 @@ __all__ = [
     "Ordering",
     "PlanAhead",
     "PlanParts",
+    "PlanRun",
     "Policy",
     "Prediction",
     "PreferApart",
@@ -129,6 +133,8 @@ __all__ = [
     "check_deadlines",
     "dominant_share",
     "drf_allocation",
+    "load_app",
+    "plan_app",
     "plan_quotas",
     "simulate",
 ]

@@ -29,6 +29,7 @@ from escher.esl._constraint import Action, Constraint, Recorder
 from escher.esl._esl import ESL, validate_group
 from escher.esl._explain import Contribution, LabelNote
 from escher.esl._plan_parts import PlanParts
+from escher.esl._planning import planning_backend
 from escher.esl._policy import Policy, watch_done
 
 
@@ -66,6 +67,9 @@ class Group(Policy):
         self._leader_issued = False
         self._member_request: Resources | None = None
         self._need: Resources | None = None
+        # in a planning run a known group's node is left to placement ("some node with
+        # room"): its first member creates the label where it lands, as an unknown group's
+        self.deferred = known and planning_backend(owner.backend) is not None
         self.seq = 0  # creation order in its ESL
         self._finished = 0  # members in a final state
         self.settled = False  # every member started: nothing promised any more
@@ -95,7 +99,7 @@ class Group(Policy):
 
     def constraint(self) -> Constraint:
         own = Constraint(Resources({self.label: 1}), source=self.source)
-        if not self.known:
+        if not self.known or self.deferred:
             with self._lock:
                 first, self._leader_issued = not self._leader_issued, True
             if first:
@@ -128,7 +132,7 @@ class Group(Policy):
         if self.policy is not None:
             self.policy.after_launch(ref)
             watch_done(self.policy, ref)
-        if self.known and self.node is None and first:
+        if self.known and not self.deferred and self.node is None and first:
             # the first member arms the retry timer if the group still fits nowhere; later
             # members find the same cluster, so they leave the retries to the timer
             self.owner._mark_waiting(self)
@@ -161,7 +165,7 @@ class Group(Policy):
         source = self.source
         per_member = resources + parts.request
         size = self.size or count
-        if self.known:
+        if self.known and not self.deferred:
             where: Any = self.node if self.node is not None else dict(per_member * size)
             own = PlanParts(
                 resources=[(self.label, size, where, source)],
@@ -173,6 +177,12 @@ class Group(Policy):
             own.leader = (Resources(), {self.label: cap})
         own.intents.append(lambda names: Colocated(names, source=source))
         return own & parts
+
+    def promises(self, resources: Resources) -> list[tuple[Policy, PlanParts]]:
+        source = self.source
+        own = PlanParts(intents=[lambda names: Colocated(names, source=source)])
+        mine: list[tuple[Policy, PlanParts]] = [(self, own)]
+        return mine + (self.policy.promises(resources) if self.policy is not None else [])
 
 
 class CoLocation(ESL):
@@ -230,6 +240,8 @@ class CoLocation(ESL):
             The `Group`; launch members with ``group.launch(fn, ...)``.
         """
         group = self._new(name, size, resources, policy, known=True)
+        if group.deferred:
+            return group  # placed by its first member (see Group.deferred)
         with self._lock:
             self._pending[name] = group
             self._pending_by_need.setdefault(group.need, {})[name] = group

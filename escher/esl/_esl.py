@@ -35,6 +35,7 @@ from escher.esl._ledger import (
     delete_everywhere,
 )
 from escher.esl._plan_parts import PlanParts
+from escher.esl._planning import attributed, planning_backend
 from escher.esl._policy import Policy, watch_done
 
 log = logging.getLogger("escher.esl")
@@ -73,7 +74,9 @@ class ESL(Policy):
         if not isinstance(backend, Backend):
             raise ValidationError(f"backend must be an escher Backend, got {backend!r}.")
         self.backend = backend
-        number = next(_instance_ids)
+        # a planning run numbers its own ESLs, so the same code gives the same labels
+        planning = planning_backend(backend)
+        number = planning.next_number() if planning is not None else next(_instance_ids)
         self.name = name if name is not None else f"{self.kind}{number}"
         if not isinstance(self.name, str) or not self.name:
             raise ValidationError(f"name must be a non-empty string, got {name!r}.")
@@ -163,10 +166,11 @@ class ESL(Policy):
             The nodes written, in id order.
         """
         self._check_open()
-        if isinstance(node_spec, list | tuple | set | frozenset):
-            nodes = self._set_on(capacities, node_spec)
-        else:
-            nodes = self.backend.set_resources(capacities, node_spec, num_nodes=num_nodes)
+        with attributed(self.backend, self.source):
+            if isinstance(node_spec, list | tuple | set | frozenset):
+                nodes = self._set_on(capacities, node_spec)
+            else:
+                nodes = self.backend.set_resources(capacities, node_spec, num_nodes=num_nodes)
         need_vector = Resources.of(need) if need is not None else None
         for label, capacity in capacities.items():
             self._ledger.own(
@@ -448,6 +452,10 @@ class Bound(Policy):
         ]
         parts = PlanParts(owned, self.resources, intents=list(self._intents))
         return parts & self.also.plan_parts(count, resources) if self.also else parts
+
+    def promises(self, resources: Resources) -> list[tuple[Policy, PlanParts]]:
+        own: list[tuple[Policy, PlanParts]] = [(self, PlanParts(intents=list(self._intents)))]
+        return own + (self.also.promises(resources) if self.also is not None else [])
 
 
 def node_ids(backend: Backend, nodes: Iterable[str] | NodeSpecLike | None) -> list[str]:

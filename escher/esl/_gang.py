@@ -48,6 +48,7 @@ from escher.core.resources import Resources, validate_quantity
 from escher.core.task import TaskRef, TaskSpec
 from escher.esl._esl import ESL
 from escher.esl._plan_parts import PlanParts
+from escher.esl._planning import attributed, planning_backend
 
 
 @dataclass(frozen=True)
@@ -250,6 +251,8 @@ class Gang(ESL):
         if mode not in ("auto", "ephemeral", "native"):
             raise ValidationError(f"mode must be 'auto', 'ephemeral' or 'native', got {mode!r}.")
         native_ok = self.backend.supports(Capability.ATOMIC_GANG)
+        if planning_backend(self.backend) is not None:
+            mode = "native"  # a planning run records the gang; how it is reserved is moot
         if mode == "auto":
             mode = "native" if native_ok else "ephemeral"
         if mode == "native" and not native_ok:
@@ -298,7 +301,9 @@ class Gang(ESL):
         self.runs.append(run)
         if self.mode == "native":
             run.attempts = 1
-            run._set("running", self.backend.launch_gang([m.spec() for m in members]))
+            with attributed(self.backend, self.source):
+                refs = self.backend.launch_gang([m.spec() for m in members])
+            run._set("running", refs)
             return run
         self._attempt(run)
         return run

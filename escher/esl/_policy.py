@@ -1,8 +1,10 @@
 """`Policy`: what constrains where tasks run, its launch hooks, and how policies compose.
 
-A policy turns a scheduling intent into a `Constraint` per task and declares the intent in a
-`Plan` for the verifier. Launching goes through three documented hooks, in the style of
-dask's scheduler plugins, so a policy adds behaviour without re-declaring `launch`:
+A policy turns a scheduling intent into a `Constraint` per task and promises the intent for
+the verifier: in a planning run (`escher.esl.plan_app`) each launch reports the policy's
+`promises`, so the plan comes from the launching code itself. Launching goes through
+documented hooks, in the style of dask's scheduler plugins, so a policy adds behaviour
+without re-declaring `launch`:
 
 * `before_launch(spec) -> spec`: the spec is built (request = the task's own + the
   constraint's); return it, or a changed copy (e.g. steered to a node);
@@ -29,6 +31,7 @@ from escher.core.resources import Resources, validate_quantity
 from escher.core.task import TaskRef, TaskSpec
 from escher.esl._constraint import Constraint, Recorder, build_spec, split_options
 from escher.esl._plan_parts import PlanParts
+from escher.esl._planning import plan_warning, planning_backend, record_launch
 from escher.esl._soft import SoftTaskRef
 
 
@@ -56,6 +59,15 @@ class Policy:
     def plan_parts(self, count: int, resources: Resources) -> PlanParts:
         """What the policy adds to a plan for `count` tasks requesting `resources`."""
         return PlanParts()
+
+    def promises(self, resources: Resources) -> list[tuple[Policy, PlanParts]]:
+        """What this policy promises about one task requesting `resources`, per policy that
+        makes the promise (a composition lists its members' promises).
+
+        A planning run keys each intent by the policy that made it, so every task launched
+        under one policy (directly or through any composition) shares one intent.
+        """
+        return [(self, self.plan_parts(1, resources))]
 
     def recorder(self) -> Recorder | None:
         """Where tasks report the labels they set from inside (an ESL's ledger), if any."""
@@ -122,6 +134,7 @@ class Policy:
         except BaseException:
             self.launch_failed(spec)
             raise
+        record_launch(self, ref)
         self.after_launch(ref)
         watch_done(self, ref)
         return ref
@@ -278,6 +291,9 @@ class AllOf(Policy):
             PlanParts.__and__, (p.plan_parts(count, resources) for p in self.policies)
         )
 
+    def promises(self, resources: Resources) -> list[tuple[Policy, PlanParts]]:
+        return [found for p in self.policies for found in p.promises(resources)]
+
     def recorder(self) -> Recorder | None:
         recorders = [r for p in self.policies if (r := p.recorder()) is not None]
         if not recorders:
@@ -362,6 +378,9 @@ class FirstOf(Policy):
     def plan_parts(self, count: int, resources: Resources) -> PlanParts:
         return self.alternatives[self.declared].plan_parts(count, resources)
 
+    def promises(self, resources: Resources) -> list[tuple[Policy, PlanParts]]:
+        return self.alternatives[self.declared].promises(resources)
+
     def launch(
         self,
         fn: Callable[..., Any],
@@ -378,6 +397,14 @@ class FirstOf(Policy):
             A `SoftTaskRef`: a `TaskRef` that follows whichever attempt runs.
         """
         options = split_options(kwargs)
+        if len(self.alternatives) > 1 and planning_backend(self.backend) is not None:
+            rest = " | ".join(f"({p.source})" for p in self.alternatives[1:])
+            plan_warning(
+                self.backend,
+                f"{self.source}: planned with its first alternative; the fallbacks {rest} "
+                f"start only after {self.timeout:g}s of waiting, which a planning run never "
+                "does, so they are not in the plan.",
+            )
 
         def make(index: int) -> TaskSpec:
             alt = self.alternatives[index]

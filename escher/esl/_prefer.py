@@ -38,6 +38,7 @@ from escher.esl._esl import ESL
 from escher.esl._explain import Contribution, LabelNote
 from escher.esl._ledger import EVERY_NODE
 from escher.esl._plan_parts import PlanParts
+from escher.esl._planning import planning_backend
 from escher.esl._topology import Topology, TopologyLike
 
 
@@ -248,8 +249,13 @@ class Preferences(ESL):
         return next((label for label in spec.resources if label in self._steered), None)
 
     def before_launch(self, spec: TaskSpec) -> TaskSpec:
-        """Steer the task to the best node with room now, if one scores above the rest."""
+        """Steer the task to the best node with room now, if one scores above the rest.
+
+        A planning run does not steer: the plan states the preferences themselves (soft
+        intents), which placement weighs but never has to meet."""
         self._check_open()
+        if planning_backend(self.backend) is not None:
+            return spec
         scores = self.scores(spec.resources)
         if not scores or max(scores.values()) == min(scores.values()):
             with self._lock:

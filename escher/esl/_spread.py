@@ -17,6 +17,8 @@ from escher.esl._constraint import Constraint, build_spec
 from escher.esl._esl import ESL, Bound, node_ids
 from escher.esl._ledger import EVERY_NODE
 from escher.esl._plan_parts import PlanParts
+from escher.esl._planning import plan_warning, planning_backend
+from escher.esl._policy import Policy
 
 
 class _PerNode(ESL):
@@ -185,8 +187,9 @@ class AntiAffinity(_PerNode):
 
     def before_launch(self, spec: TaskSpec) -> TaskSpec:
         """With `ghost`: launch the ghost that takes a node's unit, and let the task request
-        only the per-task resource the ghost leaves."""
-        if not self.ghost:
+        only the per-task resource the ghost leaves. A planning run plans the task with the
+        unit itself (the ghost's hand-over happens inside tasks, which do not run)."""
+        if not self.ghost or planning_backend(self.backend) is not None:
             return spec
         self._check_open()
         with self._lock:
@@ -211,7 +214,7 @@ class AntiAffinity(_PerNode):
         return dataclasses.replace(spec, resources=spec.resources - unit + {task_label: 1})
 
     def after_launch(self, ref: TaskRef) -> None:
-        if not self.ghost:
+        if not self.ghost or planning_backend(self.backend) is not None:
             return
         with self._lock:
             task_label = next(label for label in ref.spec.resources if label in self._ghosts)
@@ -314,6 +317,13 @@ class LoadBalance(_PerNode):
 
     def after_launch(self, ref: TaskRef) -> None:
         if not self.dynamic:
+            return
+        if planning_backend(self.backend) is not None:
+            plan_warning(
+                self.backend,
+                f"{self.source}: planned with per_node={self.per_node}; its monitor adjusts "
+                "the cap over time, which a planning run never lets pass.",
+            )
             return
         with self._lock:
             self._refs.append(ref)
@@ -446,6 +456,12 @@ class BinPacking(ESL):
         if nodes:
             parts.intents.append(lambda names: PinnedTo(names, source=source, nodes=nodes))
         return parts
+
+    def promises(self, resources: Resources) -> list[tuple[Policy, PlanParts]]:
+        """Its tasks run on the pack nodes: every node the set has grown to so far."""
+        source, nodes = self.source, tuple(self.pack_nodes)
+        build = lambda names: PinnedTo(names, source=source, nodes=nodes)  # noqa: E731
+        return [(self, PlanParts(intents=[build] if nodes else []))]
 
 
 class _SpreadGroup(Bound):

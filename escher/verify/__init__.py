@@ -11,6 +11,7 @@ if result.status is Verdict.INFEASIBLE:
 See docs/verify.md.
 """
 
+from escher.verify._app import verify_app
 from escher.verify._check import check_placement, intent_violation
 from escher.verify._intents import intent_subplan
 from escher.verify._result import (
@@ -39,4 +40,5 @@ __all__ = [
     "intent_subplan",
     "intent_violation",
     "verify",
+    "verify_app",
 ]

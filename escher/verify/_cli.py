@@ -1,4 +1,5 @@
-"""`escher verify PLAN_FILE`: the command line front of `escher.verify.verify`.
+"""`escher verify PLAN_FILE` (or ``--app APP``): the command line front of
+`escher.verify.verify`.
 
 The verdict is printed as soon as it is known; the explanation and the intent proofs follow,
 all within `--timeout`. Exit codes are `EXIT_CODES` (documented in the command's help).
@@ -23,7 +24,7 @@ from rich.table import Table
 from escher.cli.conventions import command, console, fail
 from escher.core.cluster import ClusterState
 from escher.core.formats import paused_gc
-from escher.verify._grouped import load_grouped
+from escher.verify._grouped import Grouping, as_written, load_grouped
 from escher.verify._result import (
     EXIT_BAD_INPUT,
     EXIT_CODES,
@@ -188,6 +189,14 @@ def _state(cluster: str | None, backend: str | None) -> tuple[ClusterState, str]
     return state, f"backend {name!r}"
 
 
+def _planned(app: str, state: ClusterState) -> tuple[Grouping, tuple[str, ...]]:
+    """The plan of a planning run of `app` on `state`, and the run's warnings."""
+    from escher.esl import load_app, plan_app  # only --app needs the ESLs
+
+    run = plan_app(load_app(app), state)
+    return as_written(run.plan), run.warnings
+
+
 def _where(state: ClusterState, origin: str) -> str:
     alive = sum(1 for n in state.nodes.values() if n.alive)
     return f"checked against {origin}: {len(state.nodes)} nodes ({alive} alive)"
@@ -253,10 +262,19 @@ class _Printer:
         "escher state --format json > cluster.json   # a cluster file of the live backend",
         "escher verify plan.json --cluster cluster.json --format json",
         "escher verify plan.json --backend ray --timeout 10 --no-intents",
+        "escher verify --app app.py:main --cluster cluster.json",
     ],
     exit_codes=OWN_EXIT_CODES,
 )
-@click.argument("plan_file", type=click.Path(dir_okay=False))
+@click.argument("plan_file", type=click.Path(dir_okay=False), required=False)
+@click.option(
+    "--app",
+    "app",
+    default=None,
+    metavar="APP",
+    help="Plan this app (path/to/file.py:function or package.module:function) and verify "
+    "its plan, instead of a plan file.",
+)
 @click.option(
     "--cluster",
     "cluster",
@@ -280,7 +298,8 @@ class _Printer:
 )
 @click.option("--no-intents", is_flag=True, help="Skip the intent proofs.")
 def verify(
-    plan_file: str,
+    plan_file: str | None,
+    app: str | None,
     cluster: str | None,
     backend: str | None,
     fmt: str,
@@ -295,14 +314,22 @@ def verify(
     whole run.
     """
     start = _started()
+    if (plan_file is None) == (app is None):
+        fail("give a PLAN_FILE or --app APP (one of them).", EXIT_BAD_INPUT)
     if cluster is not None and backend is not None:
         fail("give --cluster or --backend, not both.", EXIT_BAD_INPUT)
     if not 0 < timeout < float("inf"):
         fail(f"--timeout must be a positive number of seconds, got {timeout}.", EXIT_BAD_INPUT)
     with contextlib.ExitStack() as frozen:
+        notes: tuple[str, ...] = ()
         with paused_gc():
-            plan = load_grouped(plan_file)
-            state, origin = _state(cluster, backend)
+            if app is not None:
+                state, origin = _state(cluster, backend)
+                plan, notes = _planned(app, state)
+            else:
+                assert plan_file is not None
+                plan = load_grouped(plan_file)
+                state, origin = _state(cluster, backend)
             frozen.enter_context(_frozen_heap())
         # The search below may make cycles: the collector runs, on new objects.
         deadline = start + timeout - min(OUTPUT_SHARE * timeout, 1.0)
@@ -311,6 +338,8 @@ def verify(
         printer = None if fmt == "json" else _Printer()
         where = _where(state, origin)
         if printer is not None:
+            for note in notes:
+                printer.console.print(f"[yellow]warning:[/] {note}", highlight=False)
             printer.verdict(verdict, where)
         proofs = not no_intents and any(not i.preferred for i in plan.plan.intents)
         # The verdict and its cause are already printed: shrinking is polish, kept short.
@@ -325,5 +354,6 @@ def verify(
         if printer is None:
             data: dict[str, Any] = result.to_dict()
             data["cluster"] = where
+            data["warnings"] = [*notes, *data["warnings"]]
             click.echo(json_text(data))
     sys.exit(result.exit_code)

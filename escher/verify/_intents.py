@@ -43,8 +43,14 @@ SCENARIO_LIMIT = 200
 
 def intent_subplan(plan: Plan, intent: Intent) -> Plan:
     """The policy structure of `intent`: its tasks, the tasks that create labels they
-    request, the planned resources of those labels, and gangs among them."""
+    request, the tasks that request labels they create (a group's members follow the one
+    that creates its label), the planned resources of those labels, and gangs among them.
+
+    Every placement of the whole plan, cut to these tasks, is a placement of the subplan (it
+    holds every task that makes a label one of its tasks requests), so an intent that holds
+    on the subplan holds on the plan."""
     facts = plan_facts(plan)
+    takers = _takers(plan, facts.makers)
     keep: set[str] = set()
     todo = [n for n in intent.tasks if n in facts.pos]
     while todo:
@@ -52,8 +58,11 @@ def intent_subplan(plan: Plan, intent: Intent) -> Plan:
         if name in keep:
             continue
         keep.add(name)
-        for r in plan.tasks[facts.pos[name]].resources:
+        task = plan.tasks[facts.pos[name]]
+        for r in task.resources:
             todo.extend(m for m in facts.makers.get(r, ()) if m not in keep)
+        for c in task.creates:
+            todo.extend(m for m in takers.get(c.label, ()) if m not in keep)
     tasks = [plan.tasks[i] for i in sorted(facts.pos[n] for n in keep)]
     labels = {r for t in tasks for r in t.resources} | {c.label for t in tasks for c in t.creates}
     sub = Plan(topologies={k: dict(v) for k, v in plan.topologies.items()})
@@ -67,6 +76,17 @@ def intent_subplan(plan: Plan, intent: Intent) -> Plan:
             if names:
                 sub.intents.append(Gang(names, source=other.source))
     return sub
+
+
+def _takers(plan: Plan, makers: Mapping[str, list[str]]) -> dict[str, list[str]]:
+    """Label made by a task -> the tasks that request it, in plan order."""
+    takers: dict[str, list[str]] = {}
+    if makers:
+        for t in plan.tasks:
+            for r in t.resources:
+                if r in makers:
+                    takers.setdefault(r, []).append(t.name)
+    return takers
 
 
 def _classes(sub: Plan, names: list[str]) -> list[list[PlannedTask]]:

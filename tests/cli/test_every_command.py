@@ -24,6 +24,7 @@ click_context = click.Context(main, info_name="escher")
 COMMAND_NAMES = main.list_commands(click_context)
 CLUSTER = {"nodes": [{"id": "n1", "total": {"CPU": 4}}, {"id": "n2", "total": {"CPU": 4}}]}
 PLAN = {"tasks": [{"name": "t", "resources": {"CPU": 1}, "count": 2}]}
+APP = "import escher\n\ndef main():\n    escher.launch(len, [], resources={'CPU': 1})\n"
 
 
 def _verify_args(tmp: Path) -> list[str]:
@@ -39,10 +40,17 @@ def _what_if_args(tmp: Path) -> list[str]:
     return [str(tmp / "workload.json"), "--cluster", str(tmp / "cluster.json")]
 
 
+def _plan_args(tmp: Path) -> list[str]:
+    (tmp / "cluster.json").write_text(json.dumps(CLUSTER))
+    (tmp / "app.py").write_text(APP)
+    return [f"{tmp / 'app.py'}:main", "--cluster", str(tmp / "cluster.json")]
+
+
 #: Arguments that make a command do real work (quickly, in memory or in files).
 ARGS: dict[str, Callable[[Path], list[str]]] = {
     "bench": lambda tmp: ["gandiva", "--quick", "--no-plot", "--out", str(tmp)],
     "gc": lambda tmp: ["--dry-run", "--kubeconfig", str(tmp / "no-such-kubeconfig")],
+    "plan": _plan_args,
     "verify": _verify_args,
     "view": lambda tmp: ["--for", "0.2"],
     "what-if": _what_if_args,

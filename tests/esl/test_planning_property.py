@@ -1,0 +1,123 @@
+"""Property: the plan a planning run records tells what the same code does when it runs.
+
+Hypothesis draws clusters and compositions of ESLs (co-location groups AND a per-node limit
+shared by all of them, anti-affinity with a per-node limit, alone or AND a node affinity,
+anti-affinity over zones, gangs). For each, the app is
+planned and verified, then run on the in-memory backend over the same cluster:
+
+* FEASIBLE: the run places every task, and no intent the verifier proved is broken;
+* INFEASIBLE: the run leaves some task waiting, and ``escher.why`` on it names a conflict
+  drawn from the app's own policies.
+
+The compositions are those whose run-time placement is exact on identical nodes (identical
+groups placed first-fit, one-CPU tasks): there a greedy launch places everything exactly
+when a placement exists, so the property is the planning run's, not the greedy scheduler's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from escher import esl
+from escher.explain import Verdict as WhyVerdict
+from escher.verify import Verdict
+from tests.support.planning import cluster, hold, plan_and_run
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One generated app."""
+
+    nodes: int
+    cpus: int
+    kind: str  # "groups", "spread", "affinity" (spread on zone a only) or "zones"
+    count: int  # groups, or spread tasks
+    size: int  # members per group
+    limit: str  # "none", "anti-affinity", "load-balance"
+    per_node: int
+    gang: int  # gang members (0: no gang)
+
+    def app(self) -> Callable[[], None]:
+        def main() -> None:
+            if self.kind == "groups":
+                shared: esl.Policy | None = None
+                if self.limit == "anti-affinity":
+                    shared = esl.AntiAffinity(per_node=self.per_node, name="aa")
+                elif self.limit == "load-balance":
+                    shared = esl.LoadBalance(per_node=self.per_node, name="lb")
+                colo = esl.CoLocation(name="colo")
+                groups = [
+                    colo.group(f"g{i}", self.size, {"CPU": 1}, policy=shared)
+                    for i in range(self.count)
+                ]
+                for group in groups:
+                    for _ in range(self.size):
+                        group.launch(hold)
+            elif self.kind == "zones":
+                zones = esl.DomainAntiAffinity("zone", per_domain=self.per_node, name="zones")
+                for _ in range(self.count):
+                    zones.launch(hold, resources={"CPU": 1})
+            else:
+                policy: esl.Policy = esl.AntiAffinity(per_node=self.per_node, name="aa")
+                if self.kind == "affinity":
+                    policy = esl.NodeAffinity({"zone": "a"}, name="zone-a") & policy
+                for _ in range(self.count):
+                    policy.launch(hold, resources={"CPU": 1})
+            if self.gang:
+                gang = esl.Gang(name="g")
+                gang.run([esl.Member(hold, resources={"CPU": 1}) for _ in range(self.gang)])
+
+        return main
+
+
+shapes = st.builds(
+    Shape,
+    nodes=st.integers(1, 4),
+    cpus=st.integers(1, 4),
+    kind=st.sampled_from(["groups", "spread", "affinity", "zones"]),
+    count=st.integers(1, 4),
+    size=st.integers(1, 3),
+    limit=st.sampled_from(["none", "anti-affinity", "load-balance"]),
+    per_node=st.integers(1, 4),
+    gang=st.integers(0, 3),
+)
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(shapes)
+def test_the_plan_tells_what_the_run_does(shape: Shape) -> None:
+    state = cluster(shape.nodes, shape.cpus, labels=lambda i: {"zone": "ab"[i % 2]})
+    outcome = plan_and_run(shape.app(), state, settle=1.0, ask_why=True)
+    status = outcome.result.status
+    assert status is not Verdict.UNKNOWN, outcome.result.render()
+    if status is Verdict.FEASIBLE:
+        assert outcome.all_placed, (shape, outcome.placement)
+        assert outcome.violations() == [], shape
+        return
+    assert not outcome.all_placed, (shape, outcome.result.render())
+    assert outcome.unplaced, "some task never starts"
+    if not outcome.why:  # nothing waits: the backend refused it at once (no node ever fits)
+        assert any("unschedulable" in s or "infeasible" in s for s in outcome.unplaced)
+        return
+    why = outcome.why[0]
+    text = why.render()
+    waits_for_gang = why.verdict is WhyVerdict.PLACEABLE and "gang" in text
+    assert waits_for_gang or why.verdict in (
+        WhyVerdict.WAITING,
+        WhyVerdict.BLOCKED,
+        WhyVerdict.NEVER,
+    ), text
+    # the conflict names what the app's own policies request (their labels, without the
+    # per-run prefix; the CPUs of their tasks) or their sources
+    own = {r.partition("-")[2] or r for t in outcome.plan.tasks for r in t.resources}
+    own |= {i.source for i in outcome.plan.intents}
+    assert waits_for_gang or any(name in text for name in own), text
