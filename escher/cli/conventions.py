@@ -398,6 +398,9 @@ def command(
             name, cls=EscherCommand, examples=examples, exit_codes=exit_codes, **kwargs
         )(format_option(function))
         assert isinstance(built, EscherCommand)
+        fmt = next(param for param in built.params if param.name == "fmt")
+        if any("-o" in param.opts for param in built.params if param is not fmt):
+            fmt.opts.remove("-o")  # the command's own -o wins (`escher plan -o plan.json`)
         built.params.sort(key=lambda param: param.name == "fmt")  # --format last in --help
         return built
 

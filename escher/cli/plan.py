@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import click
@@ -53,7 +54,7 @@ def summary(run: PlanRun) -> dict[str, Any]:
     "plan",
     examples=[
         "escher plan app.py:main --cluster cluster.json -o plan.json",
-        "escher plan mypackage.jobs:main --backend ray -o plan.json",
+        "escher plan app.py:main --backend ray -o plan.json",
         "escher verify plan.json --cluster cluster.json",
     ],
 )
@@ -84,6 +85,12 @@ def plan(
     gang and ESL action is recorded, with the intents its policies promise. The plan stops
     where the app first reads a task's result (see docs/planning.md).
     """
+    if output is not None and not Path(output).resolve().parent.is_dir():
+        fail(
+            f"--output {output!r}: no folder {str(Path(output).parent)!r} to write into; "
+            "create it or give another path.",
+            ExitCode.BAD_INPUT,
+        )
     fn = load_app(app)
     state, origin = cluster_state(cluster, backend_name)
     run = plan_app(fn, state)

@@ -2,8 +2,9 @@
 
 ``plan.json`` is the plan of `escher demo` (four pairs of co-located tasks, spread two tasks
 to a node), ``cluster.json`` the demo's cluster (four nodes of 4 CPUs and 16Gi of memory) and
-``workload.json`` a small what-if workload. Memory is in bytes, written with Kubernetes
-suffixes (``"2Gi"``). `escher demo` prints the commands that use them.
+``workload.json`` a small what-if workload and ``app.py`` the demo as an app (`escher plan`).
+Memory is in bytes, written with Kubernetes suffixes (``"2Gi"``). `escher demo` prints the
+commands that use them.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from importlib import resources
 from pathlib import Path
 
 #: The sample files, by name.
-SAMPLES = ("plan.json", "cluster.json", "workload.json")
+SAMPLES = ("plan.json", "cluster.json", "workload.json", "app.py")
 
 
 def sample_path(name: str) -> Path:
