@@ -1,9 +1,12 @@
-"""The module-level API: one active backend per process, and functions that use it."""
+"""The module-level API: one active backend per process, and functions that use it.
+
+The active-backend slot itself lives in `escher.core.context` (so that ESLs and task runners
+read it without importing this module); it is re-exported here.
+"""
 
 from __future__ import annotations
 
 import functools
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, ParamSpec, TypeVar, overload
@@ -11,14 +14,19 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 from escher._config import resolve
 from escher.backends._registry import create_backend
 from escher.backends.base import Backend
+from escher.core import context
 from escher.core.cluster import ClusterState
-from escher.core.context import current_task
+from escher.core.context import (
+    install_worker_backend,
+    is_initialized,
+    node_id,
+    release_active_backend,
+    swap_active_backend,
+)
 from escher.core.errors import (
     ConfigError,
     GetTimeoutError,
     InvalidOptionError,
-    NotInitializedError,
-    NotInTaskError,
     ValidationError,
     did_you_mean,
     short_repr,
@@ -27,11 +35,30 @@ from escher.core.nodespec import NodeSpecLike
 from escher.core.signature import check_keywords
 from escher.core.task import TASK_OPTIONS, TaskRef, TaskSpec, check_timeout, request_of
 
+__all__ = [
+    "RemoteFunction",
+    "Session",
+    "cancel",
+    "current_backend",
+    "get",
+    "get_cluster_state",
+    "init",
+    "install_worker_backend",
+    "is_initialized",
+    "launch",
+    "node_id",
+    "set_resource",
+    "set_resources",
+    "shutdown",
+    "task",
+]
+
+#: The backend running the calling task, else the active backend (raises NotInitializedError
+#: before escher.init()); `escher.core.context.current_backend`, typed.
+current_backend: Callable[[], Backend] = context.current_backend
+
 P = ParamSpec("P")
 R = TypeVar("R")
-
-_lock = threading.RLock()
-_backend: Backend | None = None
 
 
 class Session:
@@ -47,11 +74,8 @@ class Session:
         return self.backend
 
     def __exit__(self, *exc: object) -> None:
-        with _lock:
-            if _backend is self.backend:
-                shutdown()
-            else:
-                self.backend.close()
+        release_active_backend(self.backend)
+        self.backend.close()
 
     def __repr__(self) -> str:
         return f"<escher.Session backend={self.backend.name!r}>"
@@ -75,7 +99,6 @@ def init(backend: str | Backend | None = None, **options: Any) -> Session:
         UnknownBackendError: no backend of that name (with a suggestion).
         BackendUnavailableError: the backend's extra is missing or its cluster unreachable.
     """
-    global _backend
     if isinstance(backend, Backend):
         if options:
             raise ConfigError(
@@ -91,8 +114,7 @@ def init(backend: str | Backend | None = None, **options: Any) -> Session:
             )
         config = resolve(backend, options)
         instance = create_backend(config.backend, config.options, config.origins)
-    with _lock:
-        previous, _backend = _backend, instance
+    previous = swap_active_backend(instance)
     if previous is not None and previous is not instance:
         previous.close()
     return Session(instance)
@@ -100,43 +122,9 @@ def init(backend: str | Backend | None = None, **options: Any) -> Session:
 
 def shutdown() -> None:
     """Close the active backend (queued tasks are cancelled). Safe to call twice."""
-    global _backend
-    with _lock:
-        current, _backend = _backend, None
+    current = swap_active_backend(None)
     if current is not None:
         current.close()
-
-
-def is_initialized() -> bool:
-    """True if a backend is active."""
-    return _backend is not None
-
-
-def current_backend() -> Backend:
-    """The backend running the calling task, else the active backend.
-
-    Raises:
-        NotInitializedError: escher.init() was not called.
-    """
-    context = current_task()
-    if context is not None:
-        return context.backend  # type: ignore[no-any-return]
-    current = _backend
-    if current is None:
-        raise NotInitializedError("escher is not initialised: call escher.init() first.")
-    return current
-
-
-def _install_worker_backend(backend: Backend, *, replace: bool = False) -> None:
-    """Make `backend` active in a worker process if nothing is (used by task runners).
-
-    With `replace`, make it active even if another backend is (a worker process that runs
-    tasks of several backends switches to the one of the task it is running).
-    """
-    global _backend
-    with _lock:
-        if _backend is None or replace:
-            _backend = backend
 
 
 def set_resource(
@@ -168,21 +156,6 @@ def set_resources(
 def get_cluster_state() -> ClusterState:
     """A consistent snapshot of every node: total, available, labels, alive."""
     return current_backend().get_cluster_state()
-
-
-def node_id() -> str:
-    """The id of the node the calling task runs on.
-
-    Raises:
-        NotInTaskError: called outside a task.
-    """
-    context = current_task()
-    found = context.node_id if context is not None else None
-    if found is None and _backend is not None:
-        found = _backend.current_node_id()
-    if found is None:
-        raise NotInTaskError("escher.node_id() is only meaningful inside a task.")
-    return found
 
 
 def launch(
