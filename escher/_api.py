@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from escher._config import resolve
-from escher.backends._registry import create_backend
+from escher.backends import create_backend
 from escher.backends.base import Backend
 from escher.core import context
 from escher.core.cluster import ClusterState

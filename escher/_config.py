@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from escher.backends._registry import ALIASES, canonical_name, known_backends
+from escher.backends import ALIASES, canonical_name, known_backends
 from escher.core.errors import ConfigError, did_you_mean
 
 DEFAULT_BACKEND = "memory"

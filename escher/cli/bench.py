@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from escher.backends._registry import install_command
+from escher.backends import install_command
 from escher.bench import WORKLOADS, Result, check_name, run
 from escher.cli.conventions import ExitCode, command, console, emit, fail
 from escher.core.errors import BackendUnavailableError

@@ -182,7 +182,7 @@ def format_option(function: F) -> F:
 
 
 def _complete_backend(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
-    from escher.backends._registry import ALIASES, known_backends
+    from escher.backends import ALIASES, known_backends
 
     return sorted(n for n in {*known_backends(), *ALIASES} if n.startswith(incomplete))
 

@@ -19,7 +19,7 @@ from escher.core.context import current_backend
 from escher.core.errors import EscherError, ValidationError, did_you_mean
 from escher.core.resources import Resources
 from escher.core.task import StatusCode, TaskRef, TaskState
-from escher.esl._explain import Contribution, LabelNote
+from escher.esl import Contribution, LabelNote
 from escher.explain._analysis import Analysis, analyse
 from escher.explain._result import YOUR_REQUEST, Conflict, Verdict, WaitReason, WhyResult
 

@@ -36,7 +36,7 @@ from typing import Any
 import pytest
 
 import escher
-from escher.backends._registry import create_backend
+from escher.backends import create_backend
 from escher.backends.base import Backend, Capability
 from escher.core.errors import (
     InvalidCapacityError,
