@@ -15,9 +15,9 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from rich.table import Table
 
 from escher.backends import install_command
-from escher.bench import WORKLOADS, Result, check_name, run
 from escher.cli.conventions import ExitCode, command, console, emit, fail
 from escher.core.errors import BackendUnavailableError
+from escher.evaluation import WORKLOADS, Result, check_name, run
 
 
 def _fmt(value: float | str) -> str:
