@@ -444,13 +444,13 @@ def test_questions_do_not_wait_on_a_slow_start_gate(
 ) -> None:
     """After a look at the start gate that took long (a node agent not answering), asking
     about a task does not look again: the answer comes from what is known."""
-    from escher.backends.ray import _gate, _tasks
+    from escher.backends.ray import _gate, _starts, _tasks
 
     looks: list[float] = []
 
     def slow_look(self: Any, forget: Any, skip: Any = ()) -> dict[str, str]:
         looks.append(time.monotonic())
-        time.sleep(_tasks.SLOW_LOOK + 0.1)
+        time.sleep(_starts.SLOW_LOOK + 0.1)
         return {}  # learns nothing
 
     monkeypatch.setattr(_tasks, "look_period", lambda outstanding: 3600.0)
@@ -461,8 +461,8 @@ def test_questions_do_not_wait_on_a_slow_start_gate(
     )
     try:
         assert wait_until(started.exists, WAIT)
-        backend.describe_task(ref)  # looks, slowly
-        time.sleep(3 * _tasks.SYNC_PERIOD)
+        backend.describe_task(ref)  # the sync thread looks, slowly
+        time.sleep(3 * _starts.SYNC_PERIOD)
         backend.describe_task(ref)  # does not look again
         assert len(looks) == 1
         assert ref.state is TaskState.PENDING  # the slow look learnt nothing
