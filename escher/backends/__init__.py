@@ -4,7 +4,7 @@ Third-party backends register through the entry-point group ``escher.backends``
 (``name = "package.module:Class"``) or `register_backend`.
 """
 
-from escher.backends._options import accepted_options, check_options
+from escher.backends._options import accepted_options, check_options, checked_options
 from escher.backends._registry import (
     ALIASES,
     DISTRIBUTION,
@@ -31,6 +31,7 @@ __all__ = [
     "availability",
     "canonical_name",
     "check_options",
+    "checked_options",
     "create_backend",
     "get_backend_class",
     "install_command",
