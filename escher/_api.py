@@ -16,13 +16,10 @@ from escher.backends import create_backend
 from escher.backends.base import Backend
 from escher.core import context
 from escher.core.cluster import ClusterState
-from escher.core.context import (
-    install_worker_backend,
-    is_initialized,
-    node_id,
-    release_active_backend,
-    swap_active_backend,
-)
+from escher.core.context import install_worker_backend as install_worker_backend
+from escher.core.context import is_initialized as is_initialized
+from escher.core.context import node_id as node_id
+from escher.core.context import release_active_backend, swap_active_backend
 from escher.core.errors import (
     ConfigError,
     GetTimeoutError,
@@ -34,24 +31,6 @@ from escher.core.errors import (
 from escher.core.nodespec import NodeSpecLike
 from escher.core.signature import check_keywords
 from escher.core.task import TASK_OPTIONS, TaskRef, TaskSpec, check_timeout, request_of
-
-__all__ = [
-    "RemoteFunction",
-    "Session",
-    "cancel",
-    "current_backend",
-    "get",
-    "get_cluster_state",
-    "init",
-    "install_worker_backend",
-    "is_initialized",
-    "launch",
-    "node_id",
-    "set_resource",
-    "set_resources",
-    "shutdown",
-    "task",
-]
 
 #: The backend running the calling task, else the active backend (raises NotInitializedError
 #: before escher.init()); `escher.core.context.current_backend`, typed.
