@@ -29,7 +29,7 @@ from escher._api import (
     task,
     use_backend,
 )
-from escher.backends._registry import DISTRIBUTION
+from escher.backends import DISTRIBUTION
 from escher.core.cluster import ClusterState, Node
 from escher.core.errors import (
     BackendError,

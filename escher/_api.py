@@ -1,25 +1,30 @@
-"""The module-level API: one active backend per process, and functions that use it."""
+"""The module-level API: one active backend per process, and functions that use it.
+
+The active-backend slot itself lives in `escher.core.context` (so that ESLs and task runners
+read it without importing this module); it is re-exported here.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from escher._config import resolve
-from escher.backends._registry import create_backend
+from escher.backends import create_backend
 from escher.backends.base import Backend
+from escher.core import context
 from escher.core.cluster import ClusterState
-from escher.core.context import current_task
+from escher.core.context import install_worker_backend as install_worker_backend
+from escher.core.context import is_initialized as is_initialized
+from escher.core.context import node_id as node_id
+from escher.core.context import release_active_backend, swap_active_backend
 from escher.core.errors import (
     ConfigError,
     GetTimeoutError,
     InvalidOptionError,
-    NotInitializedError,
-    NotInTaskError,
     ValidationError,
     did_you_mean,
     short_repr,
@@ -28,11 +33,12 @@ from escher.core.nodespec import NodeSpecLike
 from escher.core.signature import check_keywords
 from escher.core.task import TASK_OPTIONS, TaskRef, TaskSpec, check_timeout, request_of
 
+#: The backend running the calling task, else the active backend (raises NotInitializedError
+#: before escher.init()); `escher.core.context.current_backend`, typed.
+current_backend: Callable[[], Backend] = context.current_backend
+
 P = ParamSpec("P")
 R = TypeVar("R")
-
-_lock = threading.RLock()
-_backend: Backend | None = None
 
 
 class Session:
@@ -48,11 +54,8 @@ class Session:
         return self.backend
 
     def __exit__(self, *exc: object) -> None:
-        with _lock:
-            if _backend is self.backend:
-                shutdown()
-            else:
-                self.backend.close()
+        release_active_backend(self.backend)
+        self.backend.close()
 
     def __repr__(self) -> str:
         return f"<escher.Session backend={self.backend.name!r}>"
@@ -76,7 +79,6 @@ def init(backend: str | Backend | None = None, **options: Any) -> Session:
         UnknownBackendError: no backend of that name (with a suggestion).
         BackendUnavailableError: the backend's extra is missing or its cluster unreachable.
     """
-    global _backend
     if isinstance(backend, Backend):
         if options:
             raise ConfigError(
@@ -92,8 +94,7 @@ def init(backend: str | Backend | None = None, **options: Any) -> Session:
             )
         config = resolve(backend, options)
         instance = create_backend(config.backend, config.options, config.origins)
-    with _lock:
-        previous, _backend = _backend, instance
+    previous = swap_active_backend(instance)
     if previous is not None and previous is not instance:
         previous.close()
     return Session(instance)
@@ -101,9 +102,7 @@ def init(backend: str | Backend | None = None, **options: Any) -> Session:
 
 def shutdown() -> None:
     """Close the active backend (queued tasks are cancelled). Safe to call twice."""
-    global _backend
-    with _lock:
-        current, _backend = _backend, None
+    current = swap_active_backend(None)
     if current is not None:
         current.close()
 
@@ -119,50 +118,15 @@ def use_backend(backend: Backend) -> Iterator[Backend]:
     Raises:
         ValidationError: `backend` is not a `Backend`.
     """
-    global _backend
     if not isinstance(backend, Backend):
         raise ValidationError(f"use_backend takes a Backend, got {short_repr(backend)}.")
-    with _lock:
-        previous, _backend = _backend, backend
+    previous = swap_active_backend(backend)
     try:
         yield backend
     finally:
-        with _lock:
-            current, _backend = _backend, previous
+        current = swap_active_backend(previous)
         if current is not None and current is not backend and current is not previous:
             current.close()
-
-
-def is_initialized() -> bool:
-    """True if a backend is active."""
-    return _backend is not None
-
-
-def current_backend() -> Backend:
-    """The backend running the calling task, else the active backend.
-
-    Raises:
-        NotInitializedError: escher.init() was not called.
-    """
-    context = current_task()
-    if context is not None:
-        return context.backend  # type: ignore[no-any-return]
-    current = _backend
-    if current is None:
-        raise NotInitializedError("escher is not initialised: call escher.init() first.")
-    return current
-
-
-def _install_worker_backend(backend: Backend, *, replace: bool = False) -> None:
-    """Make `backend` active in a worker process if nothing is (used by task runners).
-
-    With `replace`, make it active even if another backend is (a worker process that runs
-    tasks of several backends switches to the one of the task it is running).
-    """
-    global _backend
-    with _lock:
-        if _backend is None or replace:
-            _backend = backend
 
 
 def set_resource(
@@ -194,21 +158,6 @@ def set_resources(
 def get_cluster_state() -> ClusterState:
     """A consistent snapshot of every node: total, available, labels, alive."""
     return current_backend().get_cluster_state()
-
-
-def node_id() -> str:
-    """The id of the node the calling task runs on.
-
-    Raises:
-        NotInTaskError: called outside a task.
-    """
-    context = current_task()
-    found = context.node_id if context is not None else None
-    if found is None and _backend is not None:
-        found = _backend.current_node_id()
-    if found is None:
-        raise NotInTaskError("escher.node_id() is only meaningful inside a task.")
-    return found
 
 
 def launch(

@@ -6,7 +6,7 @@ with a `[tool.escher]` table, found from the working directory upwards; the in-m
 Options from all levels are merged for the chosen backend, and `Config.origins` records where
 each one came from, so that a value of the wrong type is reported with its file and key (or
 environment variable, or argument) when the backend is built (see
-`escher.backends._options.check_options`: options are typed by the backend's constructor).
+`escher.backends.check_options`: options are typed by the backend's constructor).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from escher.backends._registry import ALIASES, canonical_name, get_entry, known_backends
+from escher.backends import ALIASES, canonical_name, get_entry, known_backends
 from escher.core.errors import ConfigError, UnknownBackendError, did_you_mean
 
 DEFAULT_BACKEND = "memory"

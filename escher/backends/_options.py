@@ -4,8 +4,10 @@ Every backend, built-in or third-party, declares its options as keyword paramete
 ``__init__`` with type hints. `check_options` validates the options a configuration gives
 against those hints with pydantic in strict mode, before the backend is built: a string where a
 boolean belongs (``virtual_clock = "false"``) is rejected with the place it came from (file and
-key, environment variable, or argument), not silently taken as true. No backend writes its own
-type checks; range checks (``max_workers >= 1``) stay in the backend.
+key, environment variable, or argument), not silently taken as true. A backend built directly
+(``KubernetesBackend(namespace=3)``) gets the same check: the built-in backends decorate their
+``__init__`` with `checked_options`. No backend writes its own type checks; range checks
+(``max_workers >= 1``) stay in the backend.
 """
 
 from __future__ import annotations
@@ -13,32 +15,42 @@ from __future__ import annotations
 import functools
 import inspect
 import typing
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from escher.core.errors import ConfigError, did_you_mean
 
+__all__ = ["accepted_options", "check_options", "checked_options"]
+
+Init = TypeVar("Init", bound=Callable[..., None])
+
+
+def _adapters(cls: type) -> dict[str, tuple[Any, Any]]:
+    """Option name -> (a strict pydantic TypeAdapter or None: not checkable, its type hint)
+    for `cls`."""
+    return _init_adapters(inspect.unwrap(cls.__init__))  # type: ignore[misc]
+
 
 @functools.cache
-def _adapters(cls: type) -> dict[str, Any]:
-    """Option name -> a strict pydantic TypeAdapter (or None: not checkable) for `cls`."""
+def _init_adapters(init: Callable[..., Any]) -> dict[str, tuple[Any, Any]]:
     from pydantic import ConfigDict, TypeAdapter
 
     config = ConfigDict(strict=True, arbitrary_types_allowed=True)
-    params = inspect.signature(cls.__init__).parameters  # type: ignore[misc]
+    params = inspect.signature(init).parameters
     try:
-        hints = typing.get_type_hints(cls.__init__)  # type: ignore[misc]
+        hints = typing.get_type_hints(init)
     except Exception:  # a hint that does not resolve is not checked
         hints = {}
-    adapters: dict[str, Any] = {}
+    adapters: dict[str, tuple[Any, Any]] = {}
     for name, param in params.items():
         if name == "self" or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             continue
         hint = hints.get(name)
         try:
-            adapters[name] = None if hint is None else TypeAdapter(hint, config=config)
+            adapter = None if hint is None else TypeAdapter(hint, config=config)
         except Exception:  # a type pydantic cannot build a schema for
-            adapters[name] = None
+            adapter = None
+        adapters[name] = (adapter, hint)
     return adapters
 
 
@@ -48,8 +60,30 @@ def accepted_options(cls: type) -> list[str]:
 
 
 def _takes_any(cls: type) -> bool:
-    params = inspect.signature(cls.__init__).parameters  # type: ignore[misc]
+    params = inspect.signature(inspect.unwrap(cls.__init__)).parameters  # type: ignore[misc]
     return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+def checked_options(init: Init) -> Init:
+    """Decorate a backend's ``__init__`` so that the options it is given pass `check_options`
+    first (by type; the backend checks ranges), however the backend is built.
+
+    Args:
+        init: The backend's ``__init__``, its options annotated.
+
+    Returns:
+        The same ``__init__``, checking its arguments before it runs.
+    """
+    signature = inspect.signature(init)
+
+    @functools.wraps(init)
+    def checked(self: Any, *args: Any, **kwargs: Any) -> None:
+        given = signature.bind(self, *args, **kwargs).arguments
+        given.pop(next(iter(signature.parameters)))  # self
+        _check(_init_adapters(init), getattr(type(self), "name", type(self).__name__), given)
+        init(self, *args, **kwargs)
+
+    return typing.cast(Init, checked)
 
 
 def _tuples(value: Any) -> Any:
@@ -93,22 +127,32 @@ def check_options(
         ConfigError: an option the backend does not take (with a suggestion), or a value of
             the wrong type (naming where it came from, what was expected and what was given).
     """
-    adapters = _adapters(cls)
+    _check(_adapters(cls), getattr(cls, "name", cls.__name__), options, origins, cls)
+
+
+def _check(
+    adapters: Mapping[str, tuple[Any, Any]],
+    backend: str,
+    options: Mapping[str, Any],
+    origins: Mapping[str, str] | None = None,
+    cls: type | None = None,
+) -> None:
+    """Check `options` against `adapters` (option name -> its TypeAdapter and type hint);
+    an unknown option is an error unless `cls` takes any (``**options``)."""
     origins = origins or {}
-    backend = getattr(cls, "name", cls.__name__)
     for key, value in options.items():
         where = origins.get(key, f"argument {key}")
         if key not in adapters:
-            if _takes_any(cls):
+            if cls is None or _takes_any(cls):
                 continue
             raise ConfigError(
                 f"{where}: the {backend} backend has no option {key!r}; it takes "
                 f"{', '.join(adapters) or 'no options'}.{did_you_mean(key, adapters)}"
             )
-        adapter = adapters[key]
+        adapter, hint = adapters[key]
         if adapter is None or _valid(adapter, value):
             continue
-        expected = _type_name(_hint_of(cls, key))
+        expected = _type_name(hint)
         raise ConfigError(
             f"{where}: the {backend} backend expects {expected}, got {value!r} "
             f"({type(value).__name__}).{_hint(key, value, expected, where)}"
@@ -125,10 +169,3 @@ def _valid(adapter: Any, value: Any) -> bool:
             continue
         return True
     return False
-
-
-def _hint_of(cls: type, key: str) -> Any:
-    try:
-        return typing.get_type_hints(cls.__init__).get(key, Any)  # type: ignore[misc]
-    except Exception:
-        return Any

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import click
 
-from escher.backends._registry import DISTRIBUTION
+from escher.backends import DISTRIBUTION
 from escher.cli._group import CommandEntry, EscherGroup
 
 #: Every subcommand: name -> where it lives (imported when used) and the extra it needs.

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from escher.backends._registry import install_command
+from escher.backends import install_command
 from escher.cli.conventions import EscherCommand, ExitCode, fail, format_option, usage_failure
 from escher.core.errors import BackendUnavailableError, did_you_mean
 

@@ -10,8 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from escher._config import Config, resolve
-from escher.backends._options import accepted_options
-from escher.backends._registry import ALIASES, availability, known_backends
+from escher.backends import ALIASES, accepted_options, availability, known_backends
 from escher.backends.base import Backend, Capability
 from escher.cli.conventions import command, emit
 
@@ -38,7 +37,7 @@ def _row(name: str, config: Config) -> dict[str, Any]:
 
 def _facts(config: Config) -> dict[str, Any]:
     """The configured backend's own facts (``Backend.describe()``): it is built to ask."""
-    from escher.backends._registry import create_backend
+    from escher.backends import create_backend
     from escher.cli.state import backend_facts
 
     backend = create_backend(config.backend, config.options, config.origins)

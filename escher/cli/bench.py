@@ -14,10 +14,10 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from escher.backends._registry import install_command
-from escher.bench import WORKLOADS, Result, check_name, run
+from escher.backends import install_command
 from escher.cli.conventions import ExitCode, command, console, emit, fail
 from escher.core.errors import BackendUnavailableError
+from escher.evaluation import WORKLOADS, Result, check_name, run
 
 
 def _fmt(value: float | str) -> str:

@@ -210,13 +210,13 @@ def format_option(function: F) -> F:
 
 
 def _complete_backend(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
-    from escher.backends._registry import ALIASES, known_backends
+    from escher.backends import ALIASES, known_backends
 
     return sorted(n for n in {*known_backends(), *ALIASES} if n.startswith(incomplete))
 
 
 def _check_backend(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    from escher.backends._registry import get_entry
+    from escher.backends import get_entry
 
     if value is not None:
         try:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from escher.core.context import current_backend
 from escher.core.nodespec import NodeSpecLike
 from escher.core.resources import Resources
 from escher.core.task import TASK_OPTIONS, TaskSpec
@@ -86,9 +87,7 @@ class TaskBody:
         return state
 
     def _apply(self, actions: tuple[Action, ...]) -> None:
-        import escher
-
-        backend = escher.current_backend()
+        backend = current_backend()
         for action in actions:
             nodes = action.run(backend)
             if self.recorder is not None:

@@ -19,6 +19,7 @@ from typing import Any
 
 from escher.backends.base import Backend
 from escher.core.cluster import ClusterState
+from escher.core.context import current_backend
 from escher.core.errors import EscherError, ValidationError
 from escher.core.nodespec import NodeSpec, NodeSpecLike
 from escher.core.plan import Intent
@@ -68,9 +69,7 @@ class ESL(Policy):
 
     def __init__(self, backend: Backend | None = None, *, name: str | None = None) -> None:
         if backend is None:
-            import escher
-
-            backend = escher.current_backend()
+            backend = current_backend()
         if not isinstance(backend, Backend):
             raise ValidationError(f"backend must be an escher Backend, got {backend!r}.")
         self.backend = backend

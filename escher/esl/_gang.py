@@ -34,6 +34,7 @@ from typing import Any
 
 from escher.backends.base import Backend, Capability
 from escher.core.cluster import ClusterState
+from escher.core.context import current_backend, node_id
 from escher.core.errors import (
     EscherError,
     GangAbortedError,
@@ -107,10 +108,8 @@ def ghost(
     Raises:
         GangAbortedError: the attempt was rolled back before the member started.
     """
-    import escher
-
-    backend = escher.current_backend()
-    node = escher.node_id()
+    backend = current_backend()
+    node = node_id()
     backend.set_resource(label, HELD, node)
     go = False
     try:

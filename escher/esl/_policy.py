@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from escher.backends.base import Backend
+from escher.core.context import current_backend
 from escher.core.errors import ValidationError
 from escher.core.nodespec import NodeSpec
 from escher.core.plan import Plan
@@ -225,9 +226,7 @@ class Requests(Policy):
     def __init__(self, resources: Mapping[str, float], backend: Backend | None = None) -> None:
         self.resources = Resources.of(resources)
         if backend is None:
-            import escher
-
-            backend = escher.current_backend()
+            backend = current_backend()
         self.backend = backend
 
     @property
@@ -251,9 +250,7 @@ def _backend_of(items: tuple[Any, ...], backend: Backend | None) -> Backend:
                 )
             backend = found
     if backend is None:
-        import escher
-
-        backend = escher.current_backend()
+        backend = current_backend()
     return backend
 
 

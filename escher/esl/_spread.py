@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from escher.backends.base import Backend
 from escher.core.cluster import ClusterState
+from escher.core.context import current_backend, node_id
 from escher.core.errors import ValidationError
 from escher.core.nodespec import NodeSpecLike
 from escher.core.plan import Intent, PinnedTo, Separated, SpreadAtMost
@@ -246,11 +247,10 @@ class AntiAffinity(_PerNode):
 
 def _take_unit(unit: str, task_label: str) -> str:
     """Ghost task body: take this node's anti-affinity unit, leave a per-task resource."""
-    import escher
-
-    escher.set_resource(unit, 0)
-    escher.set_resource(task_label, 1)
-    return escher.node_id()
+    backend = current_backend()
+    backend.set_resource(unit, 0)
+    backend.set_resource(task_label, 1)
+    return node_id()
 
 
 class LoadBalance(_PerNode):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from escher.core.cluster import ClusterState, Node
 from escher.core.resources import EPSILON, PREDEFINED_RESOURCES, Resources
-from escher.esl._explain import LabelNote
+from escher.esl import LabelNote
 from escher.explain._result import (
     YOUR_REQUEST,
     Breakdown,

@@ -27,6 +27,7 @@ from typing import Any
 
 from escher.backends.memory import MemoryBackend
 from escher.core.cluster import ClusterState
+from escher.core.context import current_backend
 from escher.core.errors import ValidationError
 from escher.core.resources import MAX_CAPACITY, Resources
 from escher.core.task import TaskRef, TaskSpec
@@ -154,9 +155,7 @@ class _Creates:
         self.__name__ = "creates"
 
     def __call__(self) -> None:
-        import escher
-
-        backend = escher.current_backend()
+        backend = current_backend()
         for label, capacity in self.creates.items():
             backend.set_resource(label, capacity, None)
 

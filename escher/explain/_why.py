@@ -15,10 +15,11 @@ from typing import Any
 
 from escher.backends.base import Backend, PendingTask
 from escher.core.cluster import ClusterState
+from escher.core.context import current_backend
 from escher.core.errors import EscherError, ValidationError, did_you_mean
 from escher.core.resources import Resources, unknown_resource_hint
 from escher.core.task import StatusCode, TaskRef, TaskState
-from escher.esl._explain import Contribution, LabelNote
+from escher.esl import Contribution, LabelNote
 from escher.explain._analysis import Analysis, analyse
 from escher.explain._result import YOUR_REQUEST, Conflict, Verdict, WaitReason, WhyResult
 
@@ -58,9 +59,8 @@ def _backend(backend: Backend | None) -> Backend:
         if not isinstance(backend, Backend):
             raise ValidationError(f"backend must be an escher Backend, got {backend!r}.")
         return backend
-    from escher._api import current_backend
-
-    return current_backend()
+    active: Backend = current_backend()
+    return active
 
 
 def _facts(backend: Backend, ref: TaskRef) -> dict[str, Any]:

@@ -13,11 +13,14 @@ Task bodies are module-level functions so that process-based backends can pickle
 they coordinate through small files in a temporary directory (every backend tested here runs
 its nodes on this machine).
 
-The groups: ephemeral resources (single and bulk), matching and release, bad input, retries
-(the one retry rule), node loss (needs `add_spare_node` / `kill_node`, which default to
-`Backend.add_node` / `remove_node` on backends with Capability.NODE_MEMBERSHIP), atomic gangs
-(Capability.ATOMIC_GANG), cancel races, introspection, shrinking a label below what is in
-use, and fuzzed input at the boundary (`escher.testing.fuzz`: any arguments end in success or
+The groups cover the whole public contract of `Backend`: ephemeral resources (single and
+bulk), matching and release, bad input, retries (the one retry rule), node loss (needs
+`add_spare_node` / `kill_node`, which default to `Backend.add_node` / `remove_node` on
+backends with Capability.NODE_MEMBERSHIP), atomic gangs (Capability.ATOMIC_GANG) and
+`gang_of`, cancel races, introspection (`tasks`, `describe_task`, `describe`,
+`current_node_id`, `pending_elsewhere`), policies (`attach_policy`), garbage collection
+(`collect_garbage` never touches a live session), shrinking a label below what is in use,
+and fuzzed input at the boundary (`escher.testing.fuzz`: any arguments end in success or
 an escher error, never a raw error or a hang, and a refused call changes nothing; each fuzz
 test draws `fuzz_examples` examples).
 """
@@ -25,19 +28,21 @@ test draws `fuzz_examples` examples).
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 import os
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 import escher
-from escher.backends._registry import create_backend
-from escher.backends.base import Backend, Capability
+from escher.backends import create_backend
+from escher.backends.base import Backend, Capability, GarbageReport, PendingTask
 from escher.core.errors import (
     InvalidCapacityError,
     InvalidNodeSpecError,
@@ -55,6 +60,12 @@ from escher.core.resources import Resources
 from escher.core.task import StatusCode, TaskSpec, TaskState
 
 WAIT = 60.0  # every wait in the suite is bounded
+
+
+class _Policy:
+    """A stand-in for an ESL bound to a backend (`Backend.attach_policy`)."""
+
+    closed = False
 
 
 # --- task bodies (module level: picklable) ---------------------------------------------
@@ -110,6 +121,11 @@ def first_attempt_hangs(path: str, release: str, block: bool) -> tuple[int, str]
         while not os.path.exists(release) and time.monotonic() < deadline:
             time.sleep(0.02)
     return attempt, escher.node_id()
+
+
+def node_by_backend() -> str | None:
+    """Return what the running task's backend says the current node is."""
+    return escher.current_backend().current_node_id()
 
 
 def hold_until(path: str, block: bool) -> str:
@@ -661,6 +677,88 @@ class BackendConformance:
         assert wait_until(lambda: ref not in backend.tasks())
         facts = backend.describe()
         assert facts["name"] == backend.name and isinstance(facts["capabilities"], list)
+
+    def test_current_node_id_is_the_tasks_node_and_none_outside(
+        self, backend: Backend, label: Any
+    ) -> None:
+        self.needs(backend, Capability.PYTHON_TASKS)
+        assert backend.current_node_id() is None  # the test's own thread runs no task
+        node, name = self.nodes(backend)[1], label()
+        backend.set_resource(name, 1, node)
+        ref = backend.launch(TaskSpec(node_by_backend, resources=Resources({name: 1})))
+        assert ref.result(WAIT) == node
+
+    def test_gang_of_names_every_member_while_not_final(self, backend: Backend, label: Any) -> None:
+        self.needs(backend, Capability.ATOMIC_GANG)
+        self.needs(backend, Capability.PYTHON_TASKS)
+        name = label()
+        refs = backend.launch_gang(
+            [TaskSpec(where_am_i, resources=Resources({name: 1})) for _ in range(2)]
+        )
+        alone = backend.launch(TaskSpec(where_am_i, resources=Resources({name: 1})))
+        assert not any(r.done() for r in [*refs, alone])  # no node has the label yet
+        for ref in refs:
+            assert set(backend.gang_of(ref)) == set(refs)
+        assert backend.gang_of(alone) == ()
+        backend.set_resource(name, 3, self.nodes(backend)[0])
+        assert len({*(r.result(WAIT) for r in refs), alone.result(WAIT)}) == 1
+
+    def test_pending_elsewhere_never_lists_this_sessions_tasks(
+        self, backend: Backend, label: Any
+    ) -> None:
+        self.needs(backend, Capability.PYTHON_TASKS)
+        name = label()
+        ref = backend.launch(TaskSpec(where_am_i, resources=Resources({name: 1}), name="mine"))
+        try:
+            others = backend.pending_elsewhere()
+            assert isinstance(others, list)
+            for task in others:
+                assert isinstance(task, PendingTask) and isinstance(task.resources, Resources)
+                assert task.session_id != backend.session_id and task.id != ref.id
+        finally:
+            backend.set_resource(name, 1, self.nodes(backend)[0])
+        ref.result(WAIT)
+
+    # --- policies --------------------------------------------------------------------------
+    def test_attached_policies_are_held_weakly_until_closed(self, backend: Backend) -> None:
+        kept, dropped = _Policy(), _Policy()
+        backend.attach_policy(kept)
+        backend.attach_policy(dropped)
+        assert {id(p) for p in backend.policies()} >= {id(kept), id(dropped)}
+        kept.closed = True
+        assert kept not in backend.policies()
+        gone = weakref.ref(dropped)
+        del dropped
+        gc.collect()
+        assert gone() is None  # the backend did not keep it alive
+
+    # --- garbage collection ---------------------------------------------------------------
+    def test_collect_garbage_never_touches_a_live_session(
+        self, backend: Backend, label: Any, tmp_path: Any
+    ) -> None:
+        self.needs(backend, Capability.PYTHON_TASKS)
+        node, name = self.nodes(backend)[0], label()
+        backend.set_resource(name, 2, node)
+        release = str(tmp_path / "release")
+        holder = backend.launch(
+            TaskSpec(
+                hold_until, (release, not backend.clock.virtual), resources=Resources({name: 1})
+            )
+        )
+        try:
+            assert wait_until(holder.started)
+            before = self.view_of(backend, [name])
+            dry = backend.collect_garbage(dry_run=True)
+            assert isinstance(dry, GarbageReport) and dry.dry_run is True
+            report = backend.collect_garbage()
+            assert isinstance(report, GarbageReport) and report.dry_run is False
+            for item in (*dry.removed, *report.removed):
+                assert name not in item, item  # this session's label stays
+            assert self.view_of(backend, [name]) == before == {node: {name: 2}}
+            assert not holder.done()
+        finally:
+            open(release, "w").close()
+        assert holder.result(WAIT) == node
 
     # --- shrinking a label below what is in use ------------------------------------------
     def test_shrink_below_use_keeps_running_tasks_and_blocks_new_ones(

@@ -58,7 +58,7 @@ def test_install_hints_name_the_distribution() -> None:
 
 
 def test_available_only_when_imports_succeed() -> None:
-    from escher.backends._registry import availability
+    from escher.backends import availability
 
     register_backend(
         "needs-missing",
@@ -80,7 +80,7 @@ def test_available_only_when_imports_succeed() -> None:
 
 
 def test_third_party_backend_options_are_typed_by_its_signature() -> None:
-    from escher.backends._options import check_options
+    from escher.backends import check_options
 
     class Custom(MemoryBackend):
         name = "custom"

@@ -5,8 +5,7 @@ from __future__ import annotations
 import threading
 
 from escher.backends.memory import MemoryBackend
-from escher.esl import CoLocation, LoadBalance, QueueingPolicy, Signals
-from escher.esl._explain import Contribution
+from escher.esl import CoLocation, Contribution, LoadBalance, QueueingPolicy, Signals
 
 
 def _block(event: threading.Event) -> None:

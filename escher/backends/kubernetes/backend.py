@@ -15,6 +15,7 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from escher.backends import checked_options
 from escher.backends.base import Backend, Capability, GarbageReport
 from escher.backends.kubernetes._gates import GateSupport, detect_gates
 from escher.backends.kubernetes._gc import collect_garbage
@@ -36,27 +37,14 @@ log = logging.getLogger("escher.kubernetes")
 SESSION_RE = re.compile(r"[a-z0-9]{1,40}")
 
 
-def _check_options(
-    namespace: object,
-    node_selector: object,
-    conflict_retries: object,
-    seconds: Mapping[str, object],
-) -> None:
-    if not isinstance(namespace, str) or not namespace:
+def _check_ranges(namespace: str, conflict_retries: int, seconds: Mapping[str, float]) -> None:
+    """The options' ranges (their types were checked by `checked_options`)."""
+    if not namespace:
         raise ConfigError("namespace must be a non-empty string.")
-    if node_selector is not None and not (
-        isinstance(node_selector, Mapping)
-        and all(isinstance(k, str) and isinstance(v, str) for k, v in node_selector.items())
-    ):
-        raise ConfigError("node_selector must map label keys to string values.")
-    if (
-        isinstance(conflict_retries, bool)
-        or not isinstance(conflict_retries, int)
-        or (conflict_retries < 0)
-    ):
+    if conflict_retries < 0:
         raise ConfigError("conflict_retries must be an int >= 0.")
     for name, value in seconds.items():
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        if not value >= 0:
             raise ConfigError(f"{name} must be a number of seconds >= 0, got {value!r}.")
 
 
@@ -72,16 +60,14 @@ def _event_time(event: Mapping[str, Any]) -> str:
     )
 
 
-def _check_session(session_id: object, lease_seconds: object, renew_seconds: object) -> None:
-    if session_id is not None and not (
-        isinstance(session_id, str) and SESSION_RE.fullmatch(session_id)
-    ):
+def _check_session(session_id: str | None, lease_seconds: int, renew_seconds: float) -> None:
+    if session_id is not None and not SESSION_RE.fullmatch(session_id):
         raise ConfigError(
             f"session_id must be 1-40 lower-case letters and digits, got {session_id!r}."
         )
-    if isinstance(lease_seconds, bool) or not isinstance(lease_seconds, int) or lease_seconds < 1:
+    if lease_seconds < 1:
         raise ConfigError(f"lease_seconds must be an int >= 1, got {lease_seconds!r}.")
-    if isinstance(renew_seconds, int | float) and not 0 < renew_seconds < lease_seconds:
+    if not 0 < renew_seconds < lease_seconds:
         raise ConfigError(
             f"renew_seconds must be > 0 and below lease_seconds ({lease_seconds}), "
             f"got {renew_seconds!r}."
@@ -135,6 +121,7 @@ class KubernetesBackend(Backend):
     #: ATOMIC_GANG needs pod scheduling gates (Kubernetes 1.27+): see `supports`.
     capabilities = Capability.PYTHON_TASKS | Capability.CONTAINER_TASKS | Capability.ATOMIC_GANG
 
+    @checked_options
     def __init__(
         self,
         kubeconfig: str | None = None,
@@ -161,9 +148,8 @@ class KubernetesBackend(Backend):
         scheduling_gates: bool | None = None,
     ) -> None:
         self._names = Names(validate_domain(domain))
-        _check_options(
+        _check_ranges(
             namespace,
-            node_selector,
             conflict_retries,
             {
                 "node_check_seconds": node_check_seconds,
@@ -173,16 +159,10 @@ class KubernetesBackend(Backend):
                 "gang_timeout": gang_timeout,
             },
         )
-        if isinstance(image_pull_secrets, str) or not all(
-            isinstance(s, str) and s for s in image_pull_secrets
-        ):
+        if not all(image_pull_secrets):
             raise ConfigError("image_pull_secrets must be a list of Secret names.")
         _check_session(session_id, lease_seconds, renew_seconds)
-        if (
-            isinstance(creates_in_flight, bool)
-            or not isinstance(creates_in_flight, int)
-            or creates_in_flight < 1
-        ):
+        if creates_in_flight < 1:
             raise ConfigError(f"creates_in_flight must be an int >= 1, got {creates_in_flight!r}.")
         if session_id is not None:
             self.session_id = session_id
@@ -194,10 +174,6 @@ class KubernetesBackend(Backend):
         self._clock = RealClock()
         self._closed = False
         self.gang_timeout = float(gang_timeout)
-        if scheduling_gates is not None and not isinstance(scheduling_gates, bool):
-            raise ConfigError(
-                f"scheduling_gates must be None, True or False, got {scheduling_gates!r}."
-            )
         self._gates: GateSupport | None = (
             None
             if scheduling_gates is None

@@ -149,12 +149,11 @@ def main() -> int:
         return 1
     backend = None
     try:
-        from escher._api import _install_worker_backend
-        from escher.core.context import running_task
+        from escher.core.context import install_worker_backend, running_task
 
         backend = _worker_backend()
         _await_gang(backend, name)
-        _install_worker_backend(backend)
+        install_worker_backend(backend)
         node = os.environ.get("NODE_NAME") or ""
         scope = running_task(backend, node) if node else nullcontext()
         with scope:

@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from escher.backends import checked_options
 from escher.backends.base import Backend, Capability
 from escher.backends.memory._matcher import Matcher
 from escher.backends.memory._queue import PendingQueue
@@ -86,6 +87,7 @@ class MemoryBackend(Backend):
         | Capability.PYTHON_TASKS
     )
 
+    @checked_options
     def __init__(
         self,
         nodes: Mapping[str, Any] | None = None,
@@ -98,7 +100,7 @@ class MemoryBackend(Backend):
             ("max_workers", max_workers),
             ("starvation_threshold", starvation_threshold),
         ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if value < 1:
                 raise ConfigError(f"memory backend option {option} must be an int >= 1.")
         self._lock = threading.RLock()
         self._matcher = Matcher()

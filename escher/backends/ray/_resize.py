@@ -80,7 +80,8 @@ def probe_resize() -> str | None:
 
 def outlast_marker_reads() -> None:
     """Wait until every worker's read of a node marker sent before this write published a
-    pending shrink has expired (`escher.backends.ray._shrink`): once per write call."""
+    pending shrink has expired: once per write call (the argument is beside
+    `escher.backends.ray._shrink.SHRINK_LEASE`)."""
     time.sleep(SHRINK_LEASE)
 
 

@@ -14,12 +14,17 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from escher import _api
 from escher.backends.ray._config import WorkerConfig
 from escher.backends.ray._gate import claim
 from escher.backends.ray._nodegate import claim_here, node_dir, shrinks_here
 from escher.backends.ray._shrink import WAIT_FOR_SHRINK, held_labels, marker_stale, shrinking
-from escher.core.context import current_task
+from escher.core.context import (
+    active_backend,
+    current_backend,
+    current_task,
+    install_worker_backend,
+    is_initialized,
+)
 
 #: What a task returns when it was cancelled before its body ran.
 CANCELLED = "__escher_cancelled__"
@@ -42,7 +47,7 @@ _context: Any = None  # Ray's runtime context, once looked up
 def worker_backend(config: WorkerConfig) -> Any:
     """The backend of this worker process for `config`, built once and made active."""
     last_config, last_backend = _last
-    if config is last_config and _api._backend is last_backend and current_task() is None:
+    if config is last_config and active_backend() is last_backend and current_task() is None:
         return last_backend  # the same remote function again (Ray unpickled `config` once)
     backend = _attached(config)
     _last[:] = [config, backend]
@@ -50,8 +55,6 @@ def worker_backend(config: WorkerConfig) -> Any:
 
 
 def _attached(config: WorkerConfig) -> Any:
-    import escher
-
     backend = _backends.get(config)
     if backend is None:
         if config.attach is None:
@@ -63,10 +66,10 @@ def _attached(config: WorkerConfig) -> Any:
                 _backends[config] = backend
     # A worker runs tasks of any backend of the cluster (other prefixes or modes): the
     # active one is that of the task at hand. A backend the task itself set up is kept.
-    current = escher.current_backend() if escher.is_initialized() else None
+    current = current_backend() if is_initialized() else None
     if current is not backend:
         replace = current is None or bool(getattr(current, "attached_to_worker", False))
-        _api._install_worker_backend(backend, replace=replace)
+        install_worker_backend(backend, replace=replace)
     return backend
 
 

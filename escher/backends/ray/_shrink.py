@@ -15,7 +15,7 @@ escher enforces it just before a task's body runs:
   Ray's total reached the asked capacity (its reconciler keeps trying) and before any later
   write of that label on that node.
 * A task that holds labels reads its node's marker (one read of the control store; a
-  worker process reuses a read for `MARKER_TTL` seconds, see below). If one
+  worker process reuses a read for `MARKER_TTL` seconds). If one
   of its labels has a pending shrink there, it asks the control actor, which tries the
   shrink again: the resize call is atomic at the node and lowers the total as far as what
   is in use allows, this task's own unit included. If the total reaches the asked capacity,
@@ -23,14 +23,8 @@ escher enforces it just before a task's body runs:
   `WAIT_FOR_SHRINK` without running its body, its unit goes back to Ray, and its driver
   submits it again a moment later (the same attempt: it never started).
 
-A worker process keeps the marker it read for `MARKER_TTL` seconds, counted from before it
-sent the read, and a writer that announced a new pending shrink waits `SHRINK_LEASE`
-(more than twice as long) before its write returns. So a task that starts after the write
-returned never decides on a read sent before the marker was published: such a read expired
-before the writer's wait ended. A task that starts while the write is still in flight may
-run on the old capacity, as with any write not returned yet. A marker seen in a read that
-is no longer current costs one question to the control actor, which answers from what it
-knows (nothing pending: the task runs).
+Why a reused read is safe rests on two timing constants: the argument is written once,
+beside them (`MARKER_TTL`, `SHRINK_LEASE` below).
 
 Members of a placed gang pass: their units were reserved with the gang before the shrink
 (running tasks keep what they hold), and they hold them in the gang's placement group.
@@ -54,9 +48,31 @@ WAIT_FOR_SHRINK = "__escher_wait_for_shrink__"
 #: The control-store namespace of the per-node markers of pending shrinks.
 NAMESPACE = b"escher-shrink"
 
+# Why a worker may reuse a read of a node's marker (the correctness argument of
+# shrink-below-use; `MarkerCache` and `escher.backends.ray._resize.outlast_marker_reads` rely
+# on it, nothing else does):
+#
+# * A worker stamps a read with its monotonic clock *before* it sends the read (time S), and
+#   decides on that read only while now - S < MARKER_TTL.
+# * A writer whose shrink Ray clamped publishes the marker (time P: the control actor wrote it
+#   to the control store before answering), then sleeps SHRINK_LEASE, and only then does its
+#   write return (time R >= P + SHRINK_LEASE).
+# * A task that starts after the write returned decides at D >= R. If it reuses a read, then
+#   S > D - MARKER_TTL >= P + SHRINK_LEASE - MARKER_TTL > P: the read was sent after the
+#   marker was published, so it sees the marker. That needs only SHRINK_LEASE > MARKER_TTL;
+#   the rest (SHRINK_LEASE - MARKER_TTL = 0.15 s) is the margin for a worker thread paused
+#   between reading its clock and deciding, and for clock rates that differ between hosts.
+# * A task that starts while the write is still in flight may run on the old capacity, as
+#   with any write that has not returned. A marker seen in a read that is no longer current
+#   costs one question to the control actor, which answers from what it knows (nothing
+#   pending: the task runs).
+#
+# Changing either constant: keep SHRINK_LEASE > MARKER_TTL plus a margin; a larger
+# MARKER_TTL saves control-store reads, a larger SHRINK_LEASE slows every shrinking write.
+
 #: Seconds a worker process reuses its read of a node's marker (from before it sent it).
 MARKER_TTL = 0.1
-#: Seconds a writer waits after announcing a new pending shrink (> 2 x `MARKER_TTL`).
+#: Seconds a writer waits after announcing a new pending shrink (> `MARKER_TTL`, see above).
 SHRINK_LEASE = 0.25
 
 #: Ray's names of a placement group's bundle resources: "<name>_group_[<index>_]<pg id>".

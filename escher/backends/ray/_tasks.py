@@ -1,11 +1,13 @@
 """The task table: escher tasks this process launched on Ray, from submission to settling.
 
-It submits attempts to Ray (Ray's own retries off: `max_retries=0`,
-`retry_exceptions=False`), learns which attempts started and where from the start gate
-(`escher.backends.ray._gate`), settles handles when Ray reports an attempt's end (in batches,
-`escher.backends.ray._waiter`), and asks the one retry rule (`TaskRef.retry`) before running a
-failed attempt again. Ray's errors become
-escher errors naming the task and the node, with Ray's error chained.
+Its job is each task's life: it keeps the entries, sends attempts on their way (through the
+ephemeral store; `escher.backends.ray._submit` hands them to Ray with Ray's own retries off),
+settles handles when Ray reports an attempt's end (in batches, `escher.backends.ray._waiter`)
+and asks the one retry rule (`TaskRef.retry`) before running a failed attempt again. Ray's
+errors become escher errors naming the task and the node, with Ray's error chained.
+Its sync thread runs the other concerns on a clock: start tracking
+(`escher.backends.ray._starts`), node liveness and parked retries
+(`escher.backends.ray._liveness`), and attempts held back by a pending shrink.
 """
 
 from __future__ import annotations
@@ -14,30 +16,25 @@ import contextlib
 import itertools
 import threading
 import time
-import weakref
 from collections.abc import Callable
 from typing import Any
 
 from escher.backends.ray._config import WorkerConfig
 from escher.backends.ray._entry import Entry, SplitRequest
 from escher.backends.ray._gate import Gate, NodeAgents
-from escher.backends.ray._runner import (
-    CANCELLED,
-    CLAIMED_IN_STORE,
-    GATE_FAILED,
-    bound_runner,
-    run_task,
+from escher.backends.ray._liveness import (
+    NODE_CHECK_PERIOD,
+    NodeLeftError,
+    NodeWatch,
+    Parking,
+    listed_alive,
 )
+from escher.backends.ray._runner import CANCELLED, CLAIMED_IN_STORE, GATE_FAILED
 from escher.backends.ray._shrink import waits_for_shrink
-from escher.backends.ray._state import (
-    NodeCache,
-    keep_running,
-    ray_task_state,
-    ray_up,
-    raylet_reachable,
-    read_raw,
-)
+from escher.backends.ray._starts import SYNC_PERIOD, StartTracker, look_period
+from escher.backends.ray._state import NodeCache, keep_running, ray_task_state, ray_up
 from escher.backends.ray._store import EphemeralStore
+from escher.backends.ray._submit import Submitter
 from escher.backends.ray._waiter import Waiter
 from escher.core.errors import NodeDiedError, TaskFailedError
 from escher.core.task import (
@@ -49,36 +46,6 @@ from escher.core.task import (
     TaskState,
     task_error,
 )
-
-#: Seconds between two turns of the sync thread (parked retries, held-back attempts) ...
-SYNC_PERIOD = 0.1
-#: ... and between two looks at the start gate for the tasks that started, plus this per
-#: submitted attempt not settled (a look asks every node agent and Ray's control store:
-#: during a burst of tasks that costs Ray's own work more than its CPU shows) ...
-SYNC_PER_ATTEMPT = 1e-3
-#: ... and no more than this (how late a start is noticed, at most, unless someone asks
-#: about the task: `describe` looks at once if the last look is older than `SYNC_PERIOD`).
-MAX_SYNC_PERIOD = 1.0
-#: Seconds a look at the start gate takes at most for `describe` to look again at once.
-SLOW_LOOK = 0.5
-#: Seconds between two checks that the nodes of running attempts are still alive.
-NODE_CHECK_PERIOD = 1.0
-#: Seconds a retry waits at most for Ray to drop a node escher saw die.
-PARK_SECONDS = 60.0
-#: Functions with a remote function of their own, at most (others take the generic runner).
-MAX_BOUND = 256
-#: Ray options every attempt gets: escher alone decides retries.
-NO_RAY_RETRIES: dict[str, Any] = {"max_retries": 0, "retry_exceptions": False}
-
-
-def look_period(outstanding: int) -> float:
-    """Seconds between two looks at the start gate with `outstanding` attempts submitted
-    and not settled."""
-    return min(SYNC_PERIOD + SYNC_PER_ATTEMPT * outstanding, MAX_SYNC_PERIOD)
-
-
-class NodeLeftError(Exception):
-    """escher saw a running attempt's node leave the cluster before Ray reported it."""
 
 
 class TaskTable:
@@ -107,43 +74,35 @@ class TaskTable:
         agents: NodeAgents,
         arm_nodes: bool,
     ) -> None:
-        import ray
-
         self._session = session_id
-        self._config = config
         self._store = store
         self._agents = agents
         self._arm_nodes = arm_nodes
-        self._gate = Gate(config.prefix, session_id, agents, timeout)
-        # Settled attempts whose gate files (node -> Ray task ids; "" = every node) and
-        # control-store keys are still to be removed.
-        self._forget_files: dict[str, list[str]] = {}
-        self._forget_keys: list[str] = []
         self._timeout = timeout
         self._explain_wait = explain_wait
         self._nodes = nodes
-        self._parked: list[tuple[float, Entry]] = []  # retries waiting for Ray to drop dead nodes
+        self._watch = NodeWatch(nodes)
+        self._parked = Parking(self._watch)
         self._held: list[Entry] = []  # held back by a pending shrink: submitted again soon
-        self._remote = ray.remote(run_task)
-        self._option_cache: dict[tuple[Any, ...], tuple[Any, Any, Any, Any]] = {}
-        self._seen: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
-        # fn -> its bound remote functions [without arguments, with arguments], made as needed
-        self._bound: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()
-        self._bind_lock = threading.Lock()
+        self._submitter = Submitter(config, store)
+        self._starts = StartTracker(
+            Gate(config.prefix, session_id, agents, timeout),
+            waiting=self._any_waiting,
+            mark_started=self._mark_started,
+            dead=self._watch.dead,
+            wake=self._wake_sync,
+        )
         self._seq = itertools.count(1)
         self._lock = threading.RLock()
-        self._learn_lock = threading.Lock()
-        self._last_look = 0.0  # time.monotonic() when the last look at the start gate began
-        self._look_took = 0.0  # and how long it took
         self._by_key: dict[str, Entry] = {}
         self._by_ref: dict[int, Entry] = {}  # id(handle) -> its live entry
-        self._request_options: dict[int, tuple[SplitRequest, dict[str, Any]]] = {}
         # One bound method for every handle (a closure per handle would tie each handle and
         # its entry in a cycle that only Python's cyclic collector frees).
         self._cancel_handle = self._cancel_ref
         self._by_task_id: dict[str, Entry] = {}  # Ray task id of the current attempt -> entry
         self._waiter = Waiter(self._settle, timeout)
         self._syncer: threading.Thread | None = None
+        self._wake = threading.Event()
         self._closed = False
 
     # --- entries -----------------------------------------------------------------------
@@ -151,27 +110,13 @@ class TaskTable:
         """A tracked entry (and its handle) for `spec`; not submitted yet."""
         key = f"{next(self._seq)}.0"
         ref = TaskRef(spec, canceller=self._cancel_handle)
-        entry = Entry(ref=ref, request=request, options=self._options_of(request), key=key)
+        entry = Entry(
+            ref=ref, request=request, options=self._submitter.options_of(request), key=key
+        )
         with self._lock:
             self._by_key[key] = entry
             self._by_ref[id(ref)] = entry
         return entry
-
-    def _options_of(self, request: SplitRequest) -> dict[str, Any]:
-        """The Ray options of every attempt of a task with `request` (one dict per request
-        object: the splitter hands out one request object per distinct request)."""
-        cached = self._request_options.get(id(request))
-        if cached is not None and cached[0] is request:
-            return cached[1]
-        options = dict(request.options)
-        extra = self._store.ray_resources(request.labels)
-        if extra:
-            options["resources"] = {**options.get("resources", {}), **extra}
-        options.update(NO_RAY_RETRIES)
-        if len(self._request_options) > 4096:
-            self._request_options.clear()
-        self._request_options[id(request)] = (request, options)  # keeps the id valid
-        return options
 
     def _cancel_ref(self, ref: TaskRef) -> bool:
         """`TaskRef.cancel` of the handles this table made."""
@@ -204,7 +149,7 @@ class TaskTable:
     def submit(self, entry: Entry, strategy: Any) -> None:
         """Hand the current attempt of `entry` to Ray (with `strategy`, or Ray's default)."""
         self._store.flush()
-        dead = self._nodes.dead.snapshot()
+        dead = self._watch.dead()
         if dead and getattr(strategy, "soft", False) and getattr(strategy, "node_id", "") in dead:
             strategy = None  # a placement hint to a node that died
         with entry.submitting:  # a cancel waits until the attempt has its Ray task id
@@ -212,7 +157,7 @@ class TaskTable:
                 self._drop(entry)
                 return
             try:
-                object_ref = self._call(entry, strategy)
+                object_ref = self._submitter.call(entry, strategy)
             except Exception as exc:
                 error = task_error(f"Ray refused it: {exc}", entry.ref, TaskFailedError)
                 error.__cause__ = exc
@@ -224,62 +169,6 @@ class TaskTable:
                 self._by_task_id[entry.task_id] = entry
         self._waiter.add(object_ref, entry.key)
         self._ensure_threads()
-
-    def _remote_for(self, fn: Any, with_args: bool) -> tuple[Any, bool]:
-        """The Ray remote function for `fn`: from its second launch on, one with `fn` bound
-        (Ray ships it once; one without parameters for a call without arguments), else the
-        generic runner that takes `fn` as an argument.
-        Returns (remote function, whether `fn` is bound)."""
-        import ray
-
-        try:
-            with self._bind_lock:
-                bound = self._bound.get(fn)
-                if bound is None:
-                    seen = self._seen.get(fn, 0) + 1
-                    if seen < 2 or len(self._bound) >= MAX_BOUND:
-                        self._seen[fn] = seen
-                        return self._remote, False
-                    self._seen.pop(fn, None)
-                    bound = self._bound[fn] = [None, None]
-                remote = bound[with_args]
-                if remote is None:
-                    remote = ray.remote(bound_runner(self._config, fn, with_args=with_args))
-                    bound[with_args] = remote
-                return remote, True
-        except TypeError:  # not weakly referenceable: always the generic runner
-            return self._remote, False
-
-    def _call(self, entry: Entry, strategy: Any) -> Any:
-        """Submit the current attempt of `entry` to Ray; its ObjectRef."""
-        spec = entry.spec
-        with_args = bool(spec.args or spec.kwargs)
-        remote, bound = self._remote_for(spec.fn, with_args)
-        options = self._options(remote, entry, strategy)
-        if not bound:
-            return options.remote(self._config, spec.fn, spec.args, dict(spec.kwargs))
-        if with_args:
-            return options.remote(spec.args, dict(spec.kwargs))
-        return options.remote()
-
-    def _options(self, remote: Any, entry: Entry, strategy: Any) -> Any:
-        """`remote.options(...)` for an attempt, cached unless `strategy` is a placement
-        group's (node affinities are one object per node: `_state.node_affinity`)."""
-        if strategy is not None and type(strategy).__name__ != "NodeAffinitySchedulingStrategy":
-            return remote.options(
-                name=entry.spec.name, scheduling_strategy=strategy, **entry.options
-            )
-        options = entry.options
-        cache_key = (id(remote), id(strategy), id(options), entry.spec.name)
-        cached = self._option_cache.get(cache_key)
-        if cached is not None:
-            return cached[-1]
-        if len(self._option_cache) > 1024:
-            self._option_cache.clear()
-        placed = {} if strategy is None else {"scheduling_strategy": strategy}
-        with_options = remote.options(name=entry.spec.name, **placed, **options)
-        self._option_cache[cache_key] = (remote, strategy, options, with_options)  # ids valid
-        return with_options
 
     # --- settling ----------------------------------------------------------------------
     def _settle(self, key: str, out: Any) -> None:
@@ -311,7 +200,7 @@ class TaskTable:
         elif isinstance(out, rex.TaskCancelledError):
             self._finish(entry, cancelled=True, key=key)
         elif isinstance(out, rex.RayTaskError):
-            self._learn_starts()  # the body claimed its start before it raised: count it
+            self._starts.learn()  # the body claimed its start before it raised: count it
             cause = getattr(out, "cause", None)
             error: BaseException = (
                 cause if isinstance(cause, BaseException) else out.as_instanceof_cause()  # type: ignore[no-untyped-call]
@@ -343,8 +232,7 @@ class TaskTable:
             self._finish(entry, error=error, key=key)
             return
         if len(out) == 3 and out[2] == CLAIMED_IN_STORE:
-            with self._lock:
-                self._forget_keys.append(entry.task_id)
+            self._starts.forget_key(entry.task_id)
         node, value = out[0], out[1]
         entry.where = node
         with self._lock:
@@ -355,7 +243,7 @@ class TaskTable:
     def _on_lost(self, entry: Entry, exc: BaseException, key: str) -> None:
         lost = entry.ref.node_id or entry.where or entry.node
         if lost is not None:
-            self.node_died(lost)
+            self._watch.died(lost)
         node = lost or "an unknown node"
         reason = f"its node {node} or worker was lost ({type(exc).__name__})"
         if self.retry(entry, RetryCause.NODE_LOST, reason, key=key):
@@ -394,11 +282,10 @@ class TaskTable:
             entry.object_ref = None
             self._by_key[entry.key] = entry
         self._store.release(entry)
-        if self._nodes.dead.snapshot():
+        if self._watch.any_dead():
             # Ray's own view may still list a node escher saw die, and could send the new
             # attempt there: wait (bounded) until Ray drops it.
-            with self._lock:
-                self._parked.append((time.monotonic(), entry))
+            self._parked.park(entry)
             self._ensure_threads()
             return True
         self.start(entry)
@@ -428,24 +315,8 @@ class TaskTable:
             self.start(entry)
 
     def _unpark(self) -> None:
-        """Start the parked retries once Ray lists no node escher saw die (or after
-        `PARK_SECONDS`)."""
-        with self._lock:
-            if not self._parked:
-                return
-            parked = list(self._parked)
-        try:
-            listed = set(read_raw().total)
-        except Exception:
-            return
-        dead_listed = self._nodes.dead.snapshot() & listed
-        now = time.monotonic()
-        ready = [e for at, e in parked if not dead_listed or now - at > PARK_SECONDS]
-        if not ready:
-            return
-        with self._lock:
-            self._parked = [(at, e) for at, e in self._parked if e not in ready]
-        for entry in ready:
+        """Start the parked retries that may start now."""
+        for entry in self._parked.ready():
             self.start(entry)
 
     def _finish(
@@ -485,9 +356,7 @@ class TaskTable:
         self._by_task_id.pop(task_id, None)
         # A cancel marked every node (and the control store); a claim, the node it ran on.
         node = "" if entry.cancel_marked else (entry.where or "")
-        self._forget_files.setdefault(node, []).append(task_id)
-        if entry.cancel_marked:
-            self._forget_keys.append(task_id)
+        self._starts.forget(task_id, node, key=entry.cancel_marked)
         entry.task_id, entry.cancel_marked = "", False
 
     def _drop(self, entry: Entry) -> None:
@@ -503,17 +372,11 @@ class TaskTable:
 
     def describe(self, entry: Entry) -> dict[str, Any]:
         """What the table knows about one live task (for `Backend.describe_task`). If it was
-        submitted and is not known to have started, the start gate is asked first (unless
-        it was asked in the last `SYNC_PERIOD`, or the last look was slow: a node agent that
-        does not answer must not hold up every question): its handle then says whether it
-        runs."""
-        if (
-            entry.task_id
-            and entry.ref.state is TaskState.PENDING
-            and time.monotonic() - self._last_look > SYNC_PERIOD
-            and self._look_took < SLOW_LOOK
-        ):
-            self._learn_starts()
+        submitted and is not known to have started, the sync thread is asked for a fresh
+        look at the start gate first (`StartTracker.request_look`): its handle then says
+        whether it runs. Changes nothing itself."""
+        if entry.task_id and entry.ref.state is TaskState.PENDING:
+            self._starts.request_look()
         facts: dict[str, Any] = {"attempt_key": entry.key, "retries": entry.ref.retries}
         if entry.object_ref is not None:
             with contextlib.suppress(Exception):
@@ -558,7 +421,7 @@ class TaskTable:
         if not submitted:
             return cancelled
         try:
-            never = self._gate.cancel(list(submitted), alive=self._node_alive)
+            never = self._starts.gate.cancel(list(submitted), alive=listed_alive)
         except Exception:
             return cancelled
         for task_id in never:
@@ -578,14 +441,6 @@ class TaskTable:
                 cancelled.append(entry)
         return cancelled
 
-    @staticmethod
-    def _node_alive(node: str) -> bool:
-        """Whether Ray's control store lists `node` alive (if in doubt, it is)."""
-        try:
-            return node in read_raw().total
-        except Exception:
-            return True
-
     # --- running state -----------------------------------------------------------------
     def _ensure_threads(self) -> None:
         syncer = self._syncer
@@ -594,17 +449,25 @@ class TaskTable:
         with self._lock:
             self._syncer = keep_running(self._syncer, self._sync_loop, "escher-ray-sync")
 
+    def _wake_sync(self) -> None:
+        """Have the sync thread take its next turn now (someone asked for a look)."""
+        self._wake.set()
+        self._ensure_threads()
+
     def _sync_loop(self) -> None:
         """Learn which attempts started (and where) from the start gate, every `look_period`;
-        every `NODE_CHECK_PERIOD`, put back in line the attempts whose node left the cluster."""
+        at once when introspection asked for a look; every `NODE_CHECK_PERIOD`, put back in
+        line the attempts whose node left the cluster."""
         last_check = last_look = time.monotonic()
         while not self._closed and ray_up():
-            time.sleep(SYNC_PERIOD)
+            self._wake.wait(SYNC_PERIOD)
+            self._wake.clear()
             if self._closed or not ray_up():
                 return
             self._unpark()
             self._resubmit_held()
-            if time.monotonic() - last_look >= look_period(len(self._by_task_id)):
+            due = time.monotonic() - last_look >= look_period(len(self._by_task_id))
+            if due or self._starts.asked():
                 last_look = time.monotonic()
                 if self._sync_once():
                     return
@@ -619,69 +482,38 @@ class TaskTable:
         with contextlib.suppress(Exception):
             self._agents.ensure(self._nodes.physical())
 
-    def _learn_starts(self) -> bool:
-        """Ask the gate which submitted attempts started (and where), and mark them running;
-        False if the gate did not answer. One at a time: a settle that waits for it then
-        sees every start the gate reported before."""
-        with self._learn_lock:
-            return self._learn_starts_locked()
-
-    def _learn_starts_locked(self) -> bool:
-        self._last_look = began = time.monotonic()
-        try:
-            return self._look()
-        finally:
-            self._look_took = time.monotonic() - began
-
-    def _look(self) -> bool:
+    def _any_waiting(self) -> bool:
+        """Whether some submitted attempt is not known to have started."""
         with self._lock:
-            waiting = any(
+            return any(
                 e.task_id and e.ref.state is TaskState.PENDING for e in self._by_key.values()
             )
-            files, self._forget_files = self._forget_files, {}
-            keys, self._forget_keys = self._forget_keys, []
-        if keys:
-            with contextlib.suppress(Exception):  # else removed with the session
-                self._gate.forget(keys)
-        if not waiting and not files:
-            return True
-        try:
-            started = self._gate.started(files, skip=self._nodes.dead.snapshot())
-        except Exception:
-            with self._lock:  # try again at the next sync
-                for node, task_ids in files.items():
-                    self._forget_files.setdefault(node, []).extend(task_ids)
-            return False
+
+    def _mark_started(self, started: dict[str, str]) -> None:
+        """The start gate reported these attempts (Ray task id -> node) started."""
         with self._lock:
             for task_id, node in started.items():
                 entry = self._by_task_id.get(task_id)
                 if entry is not None and entry.ref.state is TaskState.PENDING:
                     entry.where = node
                     entry.ref.set_running(node)
-        return True
 
     def _sync_once(self) -> bool:
         """One sync with the gate; True when the table is idle and the thread may stop."""
         with self._lock:
             idle = not self._by_key and not self._parked
-        if not self._learn_starts():
+        if not self._starts.learn():
             return False
         with self._lock:
-            forgotten = not self._forget_files and not self._forget_keys
+            forgotten = self._starts.cleaned()
             if idle and forgotten and not self._by_key and not self._parked:
                 self._syncer = None
                 return True
         return False
 
     def node_died(self, node: str) -> bool:
-        """Whether `node` is dead: Ray no longer lists it, or its raylet refuses connections
-        (then it is marked dead at once, before Ray's control store notices)."""
-        if node in self._nodes.dead.snapshot():
-            return True
-        if not raylet_reachable(self._nodes.endpoint(node)):
-            self._nodes.dead.mark(node)
-            return True
-        return False
+        """Whether `node` is dead (see `NodeWatch.died`)."""
+        return self._watch.died(node)
 
     def _check_nodes(self) -> None:
         """Attempts running on a node that left the cluster are lost: settle or retry them
@@ -690,12 +522,7 @@ class TaskTable:
             running = [e for e in self._by_key.values() if e.ref.state is TaskState.RUNNING]
         if not running:
             return
-        try:
-            alive = set(read_raw().total)
-        except Exception:
-            return
-        nodes = {e.ref.node_id for e in running} - {None}
-        gone = {n for n in nodes if n is not None and (n not in alive or self.node_died(n))}
+        gone = self._watch.gone({e.ref.node_id for e in running if e.ref.node_id is not None})
         for entry in running:
             node = entry.ref.node_id
             if node in gone and entry.ref.state is TaskState.RUNNING:
@@ -719,6 +546,7 @@ class TaskTable:
         with contextlib.suppress(Exception):
             self._cancel_at_gate(at_gate)
         self._closed = True
+        self._wake.set()  # the sync thread stops now, not after its turn
         self._waiter.close()
         thread = self._syncer
         if thread is not None and thread is not threading.current_thread():
@@ -727,4 +555,4 @@ class TaskTable:
             settled = not self._by_key
         if settled:  # else a cancel mark must stay: left for garbage collection
             with contextlib.suppress(Exception):
-                self._gate.forget_session()
+                self._starts.gate.forget_session()

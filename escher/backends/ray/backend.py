@@ -8,6 +8,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
+from escher.backends import checked_options
 from escher.backends.base import Backend, Capability, GarbageReport
 from escher.backends.ray._config import WorkerConfig
 from escher.backends.ray._control import ControlActor, actor_options, head_node_id
@@ -83,6 +84,7 @@ class RayBackend(Backend):
         Capability.FRACTIONAL | Capability.ATOMIC_GANG | Capability.PYTHON_TASKS
     )
 
+    @checked_options
     def __init__(
         self,
         address: str | None = None,
@@ -98,13 +100,13 @@ class RayBackend(Backend):
     ) -> None:
         if mode not in MODES:
             raise ConfigError(f"mode must be one of {MODES}, got {mode!r}.")
-        if not isinstance(prefix, str) or not prefix or is_node_defined(prefix):
+        if not prefix or is_node_defined(prefix):
             raise ConfigError(f"prefix must be a non-empty, non-reserved string; got {prefix!r}.")
         if gang_strategy not in GANG_STRATEGIES:
             raise ConfigError(
                 f"unknown gang_strategy {gang_strategy!r}; use one of {GANG_STRATEGIES}."
             )
-        if not isinstance(lease_seconds, int | float) or not lease_seconds > 0:
+        if not lease_seconds > 0:
             raise ConfigError(f"lease_seconds must be a number > 0, got {lease_seconds!r}.")
         self._owns_ray = _connect(address, namespace, init_options)
         self._lease_seconds = float(lease_seconds)

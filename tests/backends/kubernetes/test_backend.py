@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 import escher
-from escher.backends._registry import create_backend
+from escher.backends import create_backend
 from escher.backends.kubernetes import KubernetesBackend, ResultTooLargeError
 from escher.backends.kubernetes._gc import collect_garbage
 from escher.cli import main as cli

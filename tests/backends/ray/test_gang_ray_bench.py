@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("ray")
 
 import escher
-from escher.bench.workloads import gang_ray
+from escher.evaluation.workloads import gang_ray
 from tests.backends.ray.conftest import make_backend
 
 pytestmark = pytest.mark.ray

@@ -13,8 +13,8 @@ import pytest
 pytest.importorskip("ray")
 
 from escher.backends.ray import _shrink, _waiter
+from escher.backends.ray._starts import MAX_SYNC_PERIOD, SYNC_PERIOD, look_period
 from escher.backends.ray._state import kv_client
-from escher.backends.ray._tasks import MAX_SYNC_PERIOD, SYNC_PERIOD, look_period
 from escher.backends.ray._waiter import Waiter, window
 
 pytestmark = pytest.mark.ray

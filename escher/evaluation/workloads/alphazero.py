@@ -26,7 +26,7 @@ tasks' nodes unless they share one. Three variants, same seed:
 Model: each iteration = generation (seeded log-normal around `gen_s`) then evaluation
 (around `eval_s`). If the evaluation lands on another node than its generation, the
 `state_mb` batch crosses both nodes' network interfaces, FIFO links of `nic_gbps` plus
-`latency_s` (`escher.bench._core.transfer`); the fetch is added to the evaluation's
+`latency_s` (`escher.evaluation._core.transfer`); the fetch is added to the evaluation's
 duration from where it actually landed. Latency of an iteration = generation submitted to
 evaluation done. Exploration throughput = iterations per simulated second.
 """
@@ -39,7 +39,10 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from escher import esl
-from escher.bench._core import (
+from escher.core.context import current_task
+from escher.core.resources import Resources
+from escher.core.task import TaskRef, TaskSpec
+from escher.evaluation._core import (
     PAPER_STYLE,
     Link,
     Meter,
@@ -53,9 +56,6 @@ from escher.bench._core import (
     style,
     transfer,
 )
-from escher.core.context import current_task
-from escher.core.resources import Resources
-from escher.core.task import TaskRef, TaskSpec
 
 NAME = "alphazero"
 VARIANTS = ("unaware", "firstfit", "escher", "hardcoded")

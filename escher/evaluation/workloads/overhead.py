@@ -22,9 +22,9 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from escher.bench._core import Meter, Result, bars_beside_paper, from_zero, pyplot, style
 from escher.core.resources import Resources
 from escher.core.task import TaskSpec
+from escher.evaluation._core import Meter, Result, bars_beside_paper, from_zero, pyplot, style
 
 NAME = "overhead"
 

@@ -16,7 +16,7 @@ Model (every number is a parameter in `Params`): the input is `files` files of `
 MB, one copy each, file i on node i mod N. A map task takes `pod_start_s` + a seeded
 log-normal compute time around `map_s`; if its file lives on another node it first fetches
 it through the source's and its own network interface, each a FIFO link of `nic_gbps`
-(`escher.bench._core.transfer`). The fetch time is added to the task's duration from where
+(`escher.evaluation._core.transfer`). The fetch time is added to the task's duration from where
 the task actually landed (`MemoryBackend.add_duration` from inside the task body). When every
 map is done, one reduce task per node runs for `reduce_s`.
 """
@@ -29,10 +29,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from escher import esl
-from escher.bench._core import Link, Meter, Result, check_variant, pyplot, transfer
 from escher.core.context import current_task
 from escher.core.resources import Resources
 from escher.core.task import TaskRef, TaskSpec
+from escher.evaluation._core import Link, Meter, Result, check_variant, pyplot, transfer
 
 NAME = "wordcount"
 VARIANTS = ("generic", "native", "escher")

@@ -11,9 +11,9 @@ import random
 import time
 from typing import Any
 
-from escher.bench._core import PAPER_STYLE, Result, from_zero, pyplot, style
 from escher.core.resources import Resources
 from escher.core.task import TaskSpec
+from escher.evaluation._core import PAPER_STYLE, Result, from_zero, pyplot, style
 
 NAME = "simulator"
 LIMIT_S = 10.0

@@ -22,9 +22,9 @@ from typing import Any
 import escher
 from escher import esl
 from escher.backends.base import Backend
-from escher.bench._core import Result, median, pyplot
-from escher.bench.workloads.gang import VARIANTS, latency_bars, latency_rows
 from escher.core.errors import BackendUnavailableError, GetTimeoutError
+from escher.evaluation._core import Result, median, pyplot
+from escher.evaluation.workloads.gang import VARIANTS, latency_bars, latency_rows
 
 NAME = "gang-ray"
 MEMBERS = 4

@@ -6,11 +6,11 @@ import pytest
 from click.testing import CliRunner
 
 import escher
-from escher import bench
+from escher import evaluation
 from escher.backends.memory import MemoryBackend
-from escher.bench._core import Link, Meter, percentile, transfer
-from escher.bench.workloads import alphazero, fairshare, gandiva, gang, wordcount
 from escher.cli.bench import bench as bench_command
+from escher.evaluation._core import Link, Meter, percentile, transfer
+from escher.evaluation.workloads import alphazero, fairshare, gandiva, gang, wordcount
 
 
 def test_add_duration_extends_a_virtual_task_from_its_body() -> None:
@@ -94,7 +94,7 @@ def test_gang_native_is_fastest_and_ghost_protocols_are_close() -> None:
 
 def test_run_rejects_unknown_names() -> None:
     with pytest.raises(escher.ValidationError, match="wordcount"):
-        bench.run("wordcont")
+        evaluation.run("wordcont")
 
 
 def test_cli_lists_runs_and_writes(tmp_path: object) -> None:
@@ -111,7 +111,7 @@ def test_cli_lists_runs_and_writes(tmp_path: object) -> None:
 
 def test_plots_are_written(tmp_path: object) -> None:
     pytest.importorskip("matplotlib")
-    result = bench.run("gandiva", quick=True, seed=0)
+    result = evaluation.run("gandiva", quick=True, seed=0)
     written = result.write(tmp_path)  # type: ignore[arg-type]
     png = [p for p in written if p.suffix == ".png"]
     assert png and png[0].read_bytes()[:4] == b"\x89PNG"

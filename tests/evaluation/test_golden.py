@@ -2,7 +2,7 @@
 
 The simulated workloads are deterministic for a seed: the same code writes the same JSON.
 A refactor must keep it so; a deliberate change of a model or a policy regenerates the
-files (``python -m tests.bench.test_golden``) and says so in CHANGELOG.md.
+files (``python -m tests.evaluation.test_golden``) and says so in CHANGELOG.md.
 Wall-clock fields (``wall_seconds``, ``events_per_second``) are left out: they measure the
 machine, not the model.
 """
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from escher import bench
+from escher import evaluation
 
 GOLDEN = Path(__file__).with_name("golden")
 
@@ -25,7 +25,7 @@ PINNED = [("wordcount", 0), ("wordcount", 1), ("gandiva", 0), ("gandiva", 1)]
 
 def output(name: str, seed: int) -> str:
     """What ``escher bench NAME --quick --seed SEED --no-plot`` writes, minus wall time."""
-    result: dict[str, Any] = bench.run(name, quick=True, seed=seed).to_dict()
+    result: dict[str, Any] = evaluation.run(name, quick=True, seed=seed).to_dict()
     simulator = result["simulator"]
     del simulator["wall_seconds"], simulator["events_per_second"]
     return json.dumps(result, indent=2, sort_keys=True, default=str) + "\n"

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from escher import bench
+from escher import evaluation
 
 pytest.importorskip("matplotlib")
 
@@ -52,7 +52,7 @@ def _figure(name: str) -> Any:
     if name == "deadlines":
         table = json.loads((ROOT / "docs/img/deadlines.json").read_text())
         return _script("tetrisched").figure(table)
-    return bench.load(EVALUATION / f"{name}.json").figure()
+    return evaluation.load(EVALUATION / f"{name}.json").figure()
 
 
 def _series(ax: Any) -> list[tuple[str, tuple[Any, ...]]]:
@@ -109,16 +109,16 @@ def test_plot_series(name: str) -> None:
 
 
 def test_every_workload_has_its_plot_data() -> None:
-    for name in bench.WORKLOADS:
-        result = bench.load(EVALUATION / f"{name}.json")
+    for name in evaluation.WORKLOADS:
+        result = evaluation.load(EVALUATION / f"{name}.json")
         assert result.data, f"{name}.json has no plot data: escher bench {name} --out ..."
         assert name in SERIES
 
 
 def test_a_fresh_run_draws_the_same_kind_of_figure(tmp_path: Path) -> None:
-    result = bench.run("gandiva", quick=True, seed=0)
+    result = evaluation.run("gandiva", quick=True, seed=0)
     written = result.write(tmp_path)
-    drawn = bench.load(tmp_path / "gandiva.json").figure()
+    drawn = evaluation.load(tmp_path / "gandiva.json").figure()
     try:
         assert [len(_series(ax)) for ax in drawn.axes] == SERIES["gandiva"]
     finally:

@@ -1,14 +1,14 @@
 """The paper's evaluation, reproduced on escher's simulator: `escher bench NAME`.
 
-Each workload (one module in `escher.bench.workloads`) runs its baselines and the escher
+Each workload (one module in `escher.evaluation.workloads`) runs its baselines and the escher
 policy in the same run with the same seed, on the in-memory backend's virtual clock, and
 returns a `Result`: a table with the paper's number beside ours, every model parameter,
 and a plot (matplotlib, the `plot` extra).
 
 Example::
 
-    from escher import bench
-    result = bench.run("wordcount", quick=True, seed=1)
+    from escher import evaluation
+    result = evaluation.run("wordcount", quick=True, seed=1)
     for row in result.rows:
         print(row.metric, row.paper, row.ours)
 """
@@ -19,41 +19,41 @@ import importlib
 import json
 from pathlib import Path
 
-from escher.bench._core import Meter, Result, Row
 from escher.core.errors import ValidationError, did_you_mean
+from escher.evaluation._core import Meter, Result, Row
 
 #: Workload name -> (module, one-line description), in the paper's order.
 WORKLOADS: dict[str, tuple[str, str]] = {
     "alphazero": (
-        "escher.bench.workloads.alphazero",
+        "escher.evaluation.workloads.alphazero",
         "AlphaZero self-play: co-location + load balancing vs locality-unaware",
     ),
     "wordcount": (
-        "escher.bench.workloads.wordcount",
+        "escher.evaluation.workloads.wordcount",
         "WordCount/MapReduce at 10/50/100 nodes: generic vs native vs data-locality",
     ),
     "gandiva": (
-        "escher.bench.workloads.gandiva",
+        "escher.evaluation.workloads.gandiva",
         "Gandiva-style GPU packing on a tuning workload (12 GPUs)",
     ),
     "gang": (
-        "escher.bench.workloads.gang",
+        "escher.evaluation.workloads.gang",
         "Gang scheduling latency: native vs gang ESL vs application-level",
     ),
     "gang-ray": (
-        "escher.bench.workloads.gang_ray",
+        "escher.evaluation.workloads.gang_ray",
         "Gang latency on a real local Ray cluster (needs escher-sched[ray]): native vs ESL vs app",
     ),
     "fairshare": (
-        "escher.bench.workloads.fairshare",
+        "escher.evaluation.workloads.fairshare",
         "Hierarchical fair sharing: two organisations, users arriving over time",
     ),
     "overhead": (
-        "escher.bench.workloads.overhead",
+        "escher.evaluation.workloads.overhead",
         "Scheduling overhead vs live ephemeral resources; 1 vs 100 requested",
     ),
     "simulator": (
-        "escher.bench.workloads.simulator",
+        "escher.evaluation.workloads.simulator",
         "Simulator speed: 100 nodes x 100,000 tasks, events per second",
     ),
 }

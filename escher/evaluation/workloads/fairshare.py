@@ -26,9 +26,9 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from escher import esl
-from escher.bench._core import Meter, Result, check_variant, pyplot
 from escher.core.resources import Resources
 from escher.core.task import TaskSpec
+from escher.evaluation._core import Meter, Result, check_variant, pyplot
 
 NAME = "fairshare"
 VARIANTS = ("fifo", "escher")

@@ -32,9 +32,17 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from escher import esl
-from escher.bench._core import PAPER_STYLE, Meter, Result, check_variant, from_zero, pyplot, style
 from escher.core.resources import Resources
 from escher.core.task import TaskRef, TaskSpec
+from escher.evaluation._core import (
+    PAPER_STYLE,
+    Meter,
+    Result,
+    check_variant,
+    from_zero,
+    pyplot,
+    style,
+)
 
 NAME = "gandiva"
 VARIANTS = ("spread", "firstfit", "escher")

@@ -43,7 +43,10 @@ from typing import Any
 
 from escher import esl
 from escher.backends.memory import MemoryBackend
-from escher.bench._core import (
+from escher.core.context import current_task
+from escher.core.resources import Resources
+from escher.core.task import TaskSpec
+from escher.evaluation._core import (
     Meter,
     Result,
     bars_beside_paper,
@@ -54,9 +57,6 @@ from escher.bench._core import (
     pyplot,
     style,
 )
-from escher.core.context import current_task
-from escher.core.resources import Resources
-from escher.core.task import TaskSpec
 
 NAME = "gang"
 VARIANTS = ("native", "esl", "app")
