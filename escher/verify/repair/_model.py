@@ -44,7 +44,20 @@ class Change:
     edit: Callable[[Draft], None] = field(repr=False, compare=False, default=lambda d: None)
 
     def render(self) -> str:
-        """One readable phrase: ``web: replicas 4 -> 3``."""
+        """One readable phrase: ``web: 4 -> 3 replicas``, ``trainer: GPU 4 -> 2``."""
+        if self.kind == "replicas":
+            return f"{self.target}: {self.before} -> {self.after} replicas"
+        if self.kind == "nodes":
+            more = self.after - self.before
+            nodes = "node" if more == 1 else "nodes"
+            return f"{more} more {nodes} like {self.target} ({self.before} -> {self.after})"
+        if isinstance(self.before, Mapping) and isinstance(self.after, Mapping):
+            amounts = ", ".join(
+                f"{r} {_amount(v)} -> {_amount(self.after.get(r))}" for r, v in self.before.items()
+            )
+            if self.kind == "node":
+                return f"node {self.target}: {amounts} available"
+            return f"{self.target}: {amounts}"
         return f"{self.target}: {_amount(self.before)} -> {_amount(self.after)}"
 
     def to_dict(self) -> dict[str, Any]:
@@ -86,7 +99,7 @@ class Repair:
         """One line: the changes, then the cost and what was proven."""
         proof = "cheapest of its kind" if self.cheapest else "minimal" if self.minimal else ""
         what = "; ".join(c.render() for c in self.changes)
-        return f"{self.kind}: {what}  (cost {self.cost:g}{', ' + proof if proof else ''})"
+        return f"{what}  ({self.kind}, cost {self.cost:g}{', ' + proof if proof else ''})"
 
     def to_dict(self) -> dict[str, Any]:
         """``{"changes": [...], "witness": {...}}``, JSON-ready."""
