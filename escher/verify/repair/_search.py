@@ -354,8 +354,9 @@ def find_repairs(
             notes.append(f"{name}: not searched: no time was left (raise --timeout)")
             continue
         search = _KindSearch(KINDS[name], base, root, memory_limit_mb)
-        repair, note = search.run(time.monotonic() + left / (len(todo) - i))
-        notes.append(note)
+        began = time.monotonic()
+        repair, note = search.run(began + left / (len(todo) - i))
+        notes.append(f"{note} [{time.monotonic() - began:.2f} s, {search.calls} verifications]")
         if repair is not None:
             found.append(repair)
     order = {k: i for i, k in enumerate(KINDS)}
