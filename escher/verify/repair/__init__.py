@@ -17,6 +17,7 @@ from escher.verify.repair._search import (
     DEFAULT_KINDS,
     DEFAULT_REPAIR_TIMEOUT,
     find_repairs,
+    find_task_repairs,
     with_repairs,
 )
 
@@ -34,5 +35,6 @@ __all__ = [
     "RepairSet",
     "apply_repair",
     "find_repairs",
+    "find_task_repairs",
     "with_repairs",
 ]

@@ -405,7 +405,8 @@ class GrownNode(ChangeKind):
             if kind not in seen and len(picked) < MAX_GROWN_NODES:
                 seen.add(kind)
                 picked.append(node)
-        return [(n.id, r) for n in picked for r in resources if r not in base.made_labels]
+        ephemeral = base.made_labels.union(*(n.ephemeral for n in base.state.nodes.values()))
+        return [(n.id, r) for n in picked for r in resources if r not in ephemeral]
 
     def top(self, base: Base, key: Key) -> int:
         _, resource = _pair(key)

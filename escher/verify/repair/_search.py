@@ -25,7 +25,7 @@ import dataclasses
 import heapq
 import itertools
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from escher.core.cluster import ClusterState
@@ -367,3 +367,24 @@ def find_repairs(
 def with_repairs(result: VerificationResult, repairs: RepairSet) -> VerificationResult:
     """`result` carrying `repairs` (as `VerificationResult.repairs` and `repair_notes`)."""
     return dataclasses.replace(result, repairs=repairs.repairs, repair_notes=repairs.notes)
+
+
+def find_task_repairs(
+    name: str,
+    request: Mapping[str, float],
+    state: ClusterState,
+    *,
+    timeout: float = DEFAULT_REPAIR_TIMEOUT,
+    adjustable: bool = False,
+) -> RepairSet:
+    """The repairs for one task requesting `request` that cannot start on `state` (what
+    `escher why --repairs` shows for a blocked task): more nodes, a grown node, and with
+    `adjustable` a smaller request.
+
+    Raises:
+        ValidationError: a bad request, state or timeout.
+    """
+    plan = Plan()
+    plan.add_task(name, request, source=f"task {name!r}")
+    kinds = ("nodes", "node", "request") if adjustable else ("nodes", "node")
+    return find_repairs(plan, state, timeout=timeout, kinds=kinds, adjustable_requests=adjustable)
