@@ -10,13 +10,16 @@ small changes either.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from escher.core.cluster import ClusterState
-from escher.core.plan import Colocated, Plan, Separated, SpreadAtMost
+from escher.core.plan import Colocated, Plan, Separated, SpreadAtMost, SpreadEvenly
+from escher.core.resources import Resources
 from escher.verify import Verdict, apply_repair, check_placement, find_repairs, verify
 from escher.verify.repair import KINDS, ChangeKind, Conflict, Draft
 from escher.verify.repair._kinds import Base, Key
@@ -42,13 +45,20 @@ def instances(draw: st.DrawFn) -> tuple[Plan, ClusterState]:
             request["GPU"] = gpu
         plan.add_task(f"t{t}", request, count=draw(st.integers(1, 3)))
     names = [t.name for t in plan.tasks]
-    intent = draw(st.sampled_from(["none", "separated", "spread", "colocated"]))
+    intent = draw(st.sampled_from(["none", "separated", "spread", "colocated", "even", "label"]))
     if intent == "separated":
         plan.add_intent(Separated((names[0],), source=f"AntiAffinity({names[0]})"))
     elif intent == "spread":
         plan.add_intent(SpreadAtMost(tuple(names), source="LoadBalance", per_node=1))
     elif intent == "colocated" and len(names) == 2:
         plan.add_intent(Colocated(tuple(names), source="CoLocation"))
+    elif intent == "even":
+        plan.add_intent(SpreadEvenly((names[0],), source="Spread(zone)", topology_key="zone"))
+    elif intent == "label":  # an ESL's anti-affinity: a label of capacity 1 on each node
+        plan.add_resource("aa", 1, {"CPU": 1}, source="AntiAffinity()")
+        first = plan.tasks[0]
+        plan.tasks[0] = replace(first, resources=Resources({**first.resources, "aa": 1}))
+        plan.add_intent(Separated((first.name,), source="AntiAffinity()"))
     return plan, ClusterState.from_dict({"nodes": nodes})
 
 
@@ -96,7 +106,7 @@ def changed(kind: ChangeKind, base: Base, levels: dict[Key, int]) -> tuple[Plan,
 
 
 @settings(
-    max_examples=60,
+    max_examples=int(os.environ.get("REPAIR_EXAMPLES", "60")),
     deadline=None,
     suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow],
 )
