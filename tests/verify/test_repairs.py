@@ -205,3 +205,17 @@ def test_cli_refuses_bad_repair_options(tmp_path: Path, extra: list[str], messag
     out = CliRunner().invoke(verify_cmd, [plan, "--cluster", cluster_file, *extra])
     assert out.exit_code == 3 and message in out.output
     assert "Traceback" not in out.output
+
+
+def test_two_conflicts_no_kind_alone_fixes_get_a_mixed_repair() -> None:
+    plan, state = web_plan()
+    plan.add_task("trainer", {"CPU": 2, "GPU": 4})
+    state = cluster({f"n{i}": {"CPU": 4, "memory": 8, "GPU": 2} for i in range(3)})
+    found = find_repairs(plan, state, timeout=30, adjustable_requests=["trainer"])
+    assert [r.kind for r in found.repairs] == ["mixed"]
+    (repair,) = found.repairs
+    assert {c.kind for c in repair.changes} == {"intent", "request"} and repair.cost == 1.5
+    assert repair.cheapest and repair.minimal
+    fixed, fixed_state = apply_repair(plan, state, repair)
+    assert check_placement(fixed, fixed_state, repair.witness) == []
+    assert any(n.startswith("replicas: none") for n in found.notes)

@@ -449,3 +449,33 @@ class GrownNode(ChangeKind):
 KINDS: Mapping[str, ChangeKind] = {
     k.name: k for k in (Replicas(), IntentChange(), Nodes(), GrownNode(), Request())
 }
+
+
+class Mixed(ChangeKind):
+    """Changes of several kinds in one repair (tried when no kind alone repairs the plan):
+    a key is ``(kind name, key of that kind)``; each change keeps its own kind's cost."""
+
+    name = "mixed"
+
+    def __init__(self, kinds: Iterable[str]) -> None:
+        self.kinds = [KINDS[k] for k in kinds]
+
+    def keys(self, base: Base, conflict: Conflict) -> list[Key]:
+        return [(kind.name, key) for kind in self.kinds for key in kind.keys(base, conflict)]
+
+    def top(self, base: Base, key: Key) -> int:
+        name, inner = _pair(key)
+        return KINDS[name].top(base, inner)
+
+    def cost(self, base: Base, key: Key, level: int) -> float:
+        name, inner = _pair(key)
+        return KINDS[name].cost(base, inner, level)
+
+    def change(self, base: Base, key: Key, level: int) -> Change:
+        name, inner = _pair(key)
+        return KINDS[name].change(base, inner, level)
+
+    def compatible(self, keys: Iterable[Key], key: Key) -> bool:
+        name, inner = _pair(key)
+        same = [_pair(k)[1] for k in keys if _pair(k)[0] == name]
+        return KINDS[name].compatible(same, inner)

@@ -87,8 +87,10 @@ class Repair:
 
     @property
     def kind(self) -> str:
-        """The kind of its changes (a repair is built of one kind of change)."""
-        return self.changes[0].kind if self.changes else ""
+        """The kind of its changes, or ``mixed`` for changes of several kinds (tried only
+        when no kind alone repairs the plan)."""
+        kinds = {c.kind for c in self.changes}
+        return kinds.pop() if len(kinds) == 1 else "mixed"
 
     def apply(self, draft: Draft) -> None:
         """Make the changes on `draft` (a copy of a plan and its cluster)."""

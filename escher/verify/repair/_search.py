@@ -34,7 +34,7 @@ from escher.core.plan import Plan
 from escher.verify._result import Verdict, VerificationResult
 from escher.verify._verify import Verifier
 from escher.verify.repair._draft import Draft
-from escher.verify.repair._kinds import KINDS, Base, ChangeKind, Conflict, Key
+from escher.verify.repair._kinds import KINDS, Base, ChangeKind, Conflict, Key, Mixed
 from escher.verify.repair._model import Repair, RepairSet
 
 #: Default time budget in seconds for `find_repairs`.
@@ -359,8 +359,17 @@ def find_repairs(
         notes.append(f"{note} [{time.monotonic() - began:.2f} s, {search.calls} verifications]")
         if repair is not None:
             found.append(repair)
+    usable = [k for k in todo if k != "request" or adjustable is None or adjustable]
+    left = deadline - time.monotonic()
+    if not found and len(usable) > 1 and left > 0:  # no kind alone: changes of several
+        search = _KindSearch(Mixed(usable), base, root, memory_limit_mb)
+        began = time.monotonic()
+        repair, note = search.run(deadline)
+        notes.append(f"{note} [{time.monotonic() - began:.2f} s, {search.calls} verifications]")
+        if repair is not None:
+            found.append(repair)
     order = {k: i for i, k in enumerate(KINDS)}
-    found.sort(key=lambda r: (r.cost, order[r.kind]))
+    found.sort(key=lambda r: (r.cost, order.get(r.kind, len(order))))
     return RepairSet(tuple(found), tuple(notes), time.monotonic() - t0)
 
 
