@@ -214,7 +214,8 @@ def test_two_conflicts_no_kind_alone_fixes_get_a_mixed_repair() -> None:
     found = find_repairs(plan, state, timeout=30, adjustable_requests=["trainer"])
     assert [r.kind for r in found.repairs] == ["mixed"]
     (repair,) = found.repairs
-    assert {c.kind for c in repair.changes} == {"intent", "request"} and repair.cost == 1.5
+    kinds = {c.kind for c in repair.changes}  # web 4 -> 3 or its separation relaxed: cost 1
+    assert kinds in ({"intent", "request"}, {"replicas", "request"}) and repair.cost == 1.5
     assert repair.cheapest and repair.minimal
     fixed, fixed_state = apply_repair(plan, state, repair)
     assert check_placement(fixed, fixed_state, repair.witness) == []
