@@ -48,8 +48,9 @@ class Conflict:
     @property
     def intents(self) -> list[int]:
         """The original intents named, sorted."""
-        out = {self.origins[int(s[7:])] for s in self.ids if s.startswith("intent:")}
-        return sorted(out)
+        at = [s[7:] for s in self.ids if s.startswith("intent:")]
+        n = len(self.origins)
+        return sorted({self.origins[int(i)] for i in at if i.isdigit() and int(i) < n})
 
 
 @dataclass(frozen=True)
