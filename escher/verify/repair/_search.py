@@ -355,34 +355,39 @@ def find_repairs(
     base = Base(plan, state, adjustable)
     root = Conflict(result.explanation.ids, tuple(range(len(plan.intents))))
     found: list[Repair] = []
-    notes: list[str] = []
-    todo = [k for k in KINDS if k in kinds]
+    notes: dict[str, str] = {}
+    usable = [k for k in KINDS if k in kinds]
+    if adjustable is not None and not adjustable and "request" in usable:
+        usable.remove("request")
+        notes["request"] = "request: no task's request was marked adjustable"
+    # Kinds the conflict gives nothing to change take no time: the others share it.
+    todo = [k for k in usable if KINDS[k].keys(base, root)]
+    notes.update(
+        (k, f"{k}: no change of this kind touches the conflict") for k in usable if k not in todo
+    )
     for i, name in enumerate(todo):
-        if name == "request" and adjustable is not None and not adjustable:
-            notes.append("request: no task's request was marked adjustable")
-            continue
         left = deadline - time.monotonic()
         if left <= 0:
-            notes.append(f"{name}: not searched: no time was left (raise --timeout)")
+            notes[name] = f"{name}: not searched: no time was left (raise --timeout)"
             continue
         search = _KindSearch(KINDS[name], base, root, memory_limit_mb)
         began = time.monotonic()
         repair, note = search.run(began + left / (len(todo) - i))
-        notes.append(f"{note} [{time.monotonic() - began:.2f} s, {search.calls} verifications]")
+        notes[name] = f"{note} [{time.monotonic() - began:.2f} s, {search.calls} verifications]"
         if repair is not None:
             found.append(repair)
-    usable = [k for k in todo if k != "request" or adjustable is None or adjustable]
     left = deadline - time.monotonic()
     if not found and len(usable) > 1 and left > 0:  # no kind alone: changes of several
         search = _KindSearch(Mixed(usable), base, root, memory_limit_mb)
         began = time.monotonic()
         repair, note = search.run(deadline)
-        notes.append(f"{note} [{time.monotonic() - began:.2f} s, {search.calls} verifications]")
+        notes["mixed"] = f"{note} [{time.monotonic() - began:.2f} s, {search.calls} verifications]"
         if repair is not None:
             found.append(repair)
     order = {k: i for i, k in enumerate(KINDS)}
     found.sort(key=lambda r: (r.cost, order.get(r.kind, len(order))))
-    return RepairSet(tuple(found), tuple(notes), time.monotonic() - t0)
+    ordered = [notes[k] for k in [*KINDS, "mixed"] if k in notes]
+    return RepairSet(tuple(found), tuple(ordered), time.monotonic() - t0)
 
 
 def with_repairs(result: VerificationResult, repairs: RepairSet) -> VerificationResult:
