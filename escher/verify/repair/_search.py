@@ -52,6 +52,11 @@ PROBE_ROUNDS = 4
 #: Share of a kind's time for finding and minimising (the rest proves it cheapest).
 FIND_SHARE = 0.6
 
+#: The search stops min(WRAP_UP s, WRAP_SHARE x timeout) before its timeout: a verification
+#: overruns its deadline a little, and the result is put together after it.
+WRAP_UP = 0.5
+WRAP_SHARE = 0.02
+
 #: Proving a repair cheapest stops after max(PROVE_MIN, PROVE_FACTOR x the seconds finding
 #: and minimising it took), within the kind's share: a search that does not end soon rarely
 #: ends at all (the notes then say the repair is not proven cheapest).
@@ -334,7 +339,8 @@ def find_repairs(
     kinds = tuple(kinds)
     _check(plan, state, timeout, kinds)
     t0 = time.monotonic()
-    deadline = t0 + float(timeout)
+    # A verification overruns its deadline a little: keep a margin for it and the result.
+    deadline = t0 + float(timeout) - min(WRAP_UP, WRAP_SHARE * float(timeout))
     if result is None:
         result = Verifier(plan, state, deadline=deadline, memory_limit_mb=memory_limit_mb).explain()
     if result.status is not Verdict.INFEASIBLE or result.explanation is None:
