@@ -308,7 +308,7 @@ def _repairs(
     type=float,
     default=DEFAULT_TIMEOUT,
     show_default=True,
-    help="Seconds for the whole run (verdict, explanation, intent proofs).",
+    help="Seconds for the whole run (verdict, explanation, repairs, intent proofs).",
 )
 @click.option("--no-intents", is_flag=True, help="Skip the intent proofs.")
 @click.option(
