@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 import click
 from rich.console import Console
@@ -20,6 +21,13 @@ from escher.core.errors import EscherError, ValidationError
 from escher.core.quantity import parse_quantity
 from escher.explain._result import EXIT_CODES, Verdict, WhyResult
 from escher.explain._why import Explainer
+from escher.verify.repair import RepairSet, find_task_repairs
+
+#: Seconds of repair search for all the blocked tasks of one `escher why --repairs`.
+REPAIR_TIMEOUT = 20.0
+
+#: Verdicts that --repairs looks for changes for.
+_STUCK = (Verdict.BLOCKED, Verdict.NEVER)
 
 _OWN_CODES = {
     1: "a task waits for a policy (a quota, a group's node, an event)",
@@ -77,6 +85,7 @@ def _worst(results: list[WhyResult]) -> int:
         "escher why escher-train-3f2a91c0 --backend kubernetes   # one pod",
         "escher why --request CPU=4,memory=2Gi   # could such a task start now?",
         "escher why --format json | jq '.tasks[].verdict'",
+        "escher why --request GPU=4 --repairs --adjustable   # what would let it start?",
     ],
     exit_codes=_OWN_CODES,
 )
@@ -87,13 +96,31 @@ def _worst(results: list[WhyResult]) -> int:
     metavar="NAME=Q,...",
     help="Explain a task with this request (nothing is launched); or a JSON object.",
 )
+@click.option(
+    "--repairs",
+    is_flag=True,
+    help="For a blocked task: the cheapest changes that let it start (docs/repairs.md).",
+)
+@click.option("--adjustable", is_flag=True, help="With --repairs: the tasks' requests may shrink.")
 @backend_option
 def why(
-    tasks: tuple[str, ...], request_text: str | None, backend_name: str | None, fmt: str
+    tasks: tuple[str, ...],
+    request_text: str | None,
+    repairs: bool,
+    adjustable: bool,
+    backend_name: str | None,
+    fmt: str,
 ) -> None:
-    """Why are tasks pending? A minimal conflict in your policies' terms, per-node reasons."""
+    """Why are tasks pending? A minimal conflict in your policies' terms, per-node reasons.
+
+    With --repairs, each blocked task also gets the cheapest changes of each kind that let
+    it start now (more nodes like an existing type, one node grown; with --adjustable a
+    smaller request), each proven by a checked placement.
+    """
     if request_text is not None and tasks:
         fail("give task ids or --request, not both.")
+    if adjustable and not repairs:
+        fail("--adjustable only applies with --repairs.")
     with escher.init(backend_name) as backend:
         explainer = Explainer(backend)
         if request_text is not None:
@@ -102,14 +129,48 @@ def why(
             results = [explainer.explain(explainer.find(key)) for key in tasks]
         else:
             results = explainer.pending()
+        found = _repairs(results, explainer, adjustable) if repairs else {}
     code = _worst(results)
 
     def text(console: Console) -> None:
         if not results:
             console.print(f"no pending tasks on the {escape(backend.name)} backend.")
-        for result in results:
+        for i, result in enumerate(results):
             console.print(escape(result.render()), highlight=False)
+            if i in found:
+                lines = found[i].render().splitlines()
+                console.print(escape("\n".join("  " + line for line in lines)), highlight=False)
             console.print()
 
-    emit({"tasks": [r.to_dict() for r in results], "exit_code": code}, fmt, text)
+    data = [r.to_dict() for r in results]
+    for i, repair_set in found.items():
+        data[i]["repairs"] = [r.to_dict() for r in repair_set.repairs]
+        data[i]["repair_notes"] = list(repair_set.notes)
+    emit({"tasks": data, "exit_code": code}, fmt, text)
     sys.exit(code)
+
+
+def _repairs(
+    results: list[WhyResult], explainer: Explainer, adjustable: bool
+) -> dict[int, RepairSet]:
+    """Repairs for each blocked task (index in `results`), sharing `REPAIR_TIMEOUT`; tasks
+    alike (same request) share one search."""
+    stuck = [i for i, r in enumerate(results) if r.verdict in _STUCK]
+    shared: dict[tuple[tuple[str, float], ...], RepairSet] = {}
+    out: dict[int, RepairSet] = {}
+    deadline = time.monotonic() + REPAIR_TIMEOUT
+    for n, i in enumerate(stuck):
+        task = results[i].task
+        request = dict(task.get("request") or {})
+        key = tuple(sorted(request.items()))
+        if key not in shared:
+            budget = max((deadline - time.monotonic()) / (len(stuck) - n), 1e-3)
+            shared[key] = find_task_repairs(
+                str(task.get("name") or "task"),
+                request,
+                explainer.state,
+                timeout=budget,
+                adjustable=adjustable,
+            )
+        out[i] = shared[key]
+    return out

@@ -24,21 +24,35 @@ from escher.verify._result import (
 )
 from escher.verify._statement import Statement
 from escher.verify._verify import DEFAULT_TIMEOUT, Verifier, ensure_feasible, verify
+from escher.verify.repair import (
+    Change,
+    Repair,
+    RepairSet,
+    apply_repair,
+    find_repairs,
+    with_repairs,
+)
 
 __all__ = [
     "DEFAULT_TIMEOUT",
     "EXIT_CODES",
+    "Change",
     "Explanation",
     "IntentResult",
     "IntentStatus",
+    "Repair",
+    "RepairSet",
     "Statement",
     "Verdict",
     "VerificationResult",
     "Verifier",
+    "apply_repair",
     "check_placement",
     "ensure_feasible",
+    "find_repairs",
     "intent_subplan",
     "intent_violation",
     "verify",
     "verify_app",
+    "with_repairs",
 ]

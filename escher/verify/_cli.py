@@ -34,6 +34,7 @@ from escher.verify._result import (
     VerificationResult,
 )
 from escher.verify._verify import DEFAULT_TIMEOUT, EXPLAIN_SHARE, Verifier
+from escher.verify.repair import RepairSet, find_repairs, with_repairs
 
 try:  # the `verify` extra
     import orjson as _orjson
@@ -51,6 +52,9 @@ _ICOLOR = {
 #: The command's own exit codes (the shared ones, 3 bad input and more, are added).
 OWN_EXIT_CODES = {code: text for code, text in EXIT_CODES.items() if code != EXIT_BAD_INPUT}
 
+
+#: With --repairs and intent proofs to follow: the repair search's share of the time left.
+REPAIR_SHARE = 0.7
 
 #: Share of --timeout (at most 1 s) kept for printing the results and exiting.
 OUTPUT_SHARE = 0.03
@@ -250,9 +254,56 @@ class _Printer:
         for w in result.warnings:
             self.console.print(f"[yellow]warning:[/] {w}")
 
+    def repairs(self, found: RepairSet) -> None:
+        self.console.print(found.render(), markup=False, highlight=False)
+
     def intent(self, r: IntentResult) -> None:
         line = f"intent {r.intent.describe()}: [{_ICOLOR[r.status]}]{r.status.value}[/]"
         self.console.print(line + (f" - {r.detail}" if r.detail else ""), highlight=False)
+
+
+def _repairs(
+    run: Verifier,
+    result: VerificationResult,
+    deadline: float,
+    adjustable: tuple[str, ...],
+    proofs: bool,
+) -> RepairSet | None:
+    """The repairs of an infeasible verdict within the time left (`REPAIR_SHARE` of it when
+    intent proofs follow); None when the plan is not infeasible."""
+    unknown = sorted(set(adjustable) - {"*"} - {t.name for t in run.plan.tasks})
+    if unknown:
+        fail(f"--adjustable: no task named {unknown} in the plan.", EXIT_BAD_INPUT)
+    if result.status is not Verdict.INFEASIBLE:
+        return None
+    left = deadline - time.monotonic()
+    return find_repairs(
+        run.plan,
+        run.state,
+        result,
+        timeout=max(left * (REPAIR_SHARE if proofs else 1.0), 1e-3),
+        adjustable_requests=True if "*" in adjustable else adjustable,
+    )
+
+
+def _check_options(
+    plan_file: str | None,
+    app: str | None,
+    cluster: str | None,
+    backend: str | None,
+    timeout: float,
+    repairs: bool,
+    adjustable: tuple[str, ...],
+) -> None:
+    """Refuse options that do not go together, before any work (exit 3)."""
+    if (plan_file is None) == (app is None):
+        fail("give a PLAN_FILE or --app APP (one of them).", EXIT_BAD_INPUT)
+    if adjustable and not repairs:
+        fail("--adjustable only applies with --repairs.", EXIT_BAD_INPUT)
+    if cluster is not None and backend is not None:
+        fail("give --cluster or --backend, not both.", EXIT_BAD_INPUT)
+    if not 0 < timeout < float("inf"):
+        fail(f"--timeout must be a positive number of seconds, got {timeout}.", EXIT_BAD_INPUT)
 
 
 @command(
@@ -263,6 +314,7 @@ class _Printer:
         "escher verify plan.json --cluster cluster.json --format json",
         "escher verify plan.json --backend ray --timeout 10 --no-intents",
         "escher verify --app app.py:main --cluster cluster.json",
+        "escher verify plan.json --cluster cluster.json --repairs --adjustable trainer",
     ],
     exit_codes=OWN_EXIT_CODES,
 )
@@ -294,9 +346,21 @@ class _Printer:
     type=float,
     default=DEFAULT_TIMEOUT,
     show_default=True,
-    help="Seconds for the whole run (verdict, explanation, intent proofs).",
+    help="Seconds for the whole run (verdict, explanation, repairs, intent proofs).",
 )
 @click.option("--no-intents", is_flag=True, help="Skip the intent proofs.")
+@click.option(
+    "--repairs",
+    is_flag=True,
+    help="When infeasible: the cheapest changes of each kind that make it fit (docs/repairs.md).",
+)
+@click.option(
+    "--adjustable",
+    "adjustable",
+    multiple=True,
+    metavar="TASK",
+    help="With --repairs: this task's request may shrink (repeat it; '*' for every task).",
+)
 def verify(
     plan_file: str | None,
     app: str | None,
@@ -305,21 +369,21 @@ def verify(
     fmt: str,
     timeout: float,
     no_intents: bool,
+    repairs: bool,
+    adjustable: tuple[str, ...],
 ) -> None:
     """Prove a plan feasible on a cluster before launch, or explain why not.
 
     The verdict comes first (with a checked placement, or the cause in one line and the
     smallest set of your own statements that conflict); then each declared intent is
-    reported proven, violated (with a counterexample) or timed out. --timeout bounds the
+    reported proven, violated (with a counterexample) or timed out. With --repairs, an
+    infeasible plan also gets the cheapest changes of each kind that make it fit (fewer
+    replicas, a relaxed or dropped intent, more nodes, a grown node, a smaller request of a
+    task given with --adjustable), each proven by a checked placement. --timeout bounds the
     whole run.
     """
     start = _started()
-    if (plan_file is None) == (app is None):
-        fail("give a PLAN_FILE or --app APP (one of them).", EXIT_BAD_INPUT)
-    if cluster is not None and backend is not None:
-        fail("give --cluster or --backend, not both.", EXIT_BAD_INPUT)
-    if not 0 < timeout < float("inf"):
-        fail(f"--timeout must be a positive number of seconds, got {timeout}.", EXIT_BAD_INPUT)
+    _check_options(plan_file, app, cluster, backend, timeout, repairs, adjustable)
     with contextlib.ExitStack() as frozen:
         notes: tuple[str, ...] = ()
         with paused_gc():
@@ -346,11 +410,16 @@ def verify(
         result = run.explain(EXPLAIN_SHARE if proofs else 1.0, capped=True)
         if printer is not None:
             printer.rest(result)
+        found = _repairs(run, result, deadline, adjustable, proofs) if repairs else None
+        if found is not None and printer is not None:
+            printer.repairs(found)
         if not no_intents:
             for r in run.intents():
                 if printer is not None:
                     printer.intent(r)
         result = run.result()
+        if found is not None:
+            result = with_repairs(result, found)
         if printer is None:
             data: dict[str, Any] = result.to_dict()
             data["cluster"] = where

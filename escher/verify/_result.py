@@ -5,10 +5,13 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from escher.core.plan import Intent
 from escher.verify._statement import Statement
+
+if TYPE_CHECKING:
+    from escher.verify.repair._model import Repair
 
 #: Exit code of `escher verify` for bad input (unreadable or malformed files, bad options).
 EXIT_BAD_INPUT = 3
@@ -142,6 +145,9 @@ class VerificationResult:
         preferences: For FEASIBLE: which preferences (intents with a weight) the witness
             meets, one line each.
         decide_by: For UNKNOWN: what would decide it (more time, a named constraint).
+        repairs: For INFEASIBLE, when asked for (`escher.verify.find_repairs`,
+            `with_repairs`): the cheapest repair of each kind of change, cheapest first.
+        repair_notes: What the repair search proved per kind, and what it cut off.
     """
 
     status: Verdict
@@ -154,6 +160,8 @@ class VerificationResult:
     cause: str = ""
     preferences: tuple[str, ...] = ()
     decide_by: str = ""
+    repairs: tuple[Repair, ...] = ()
+    repair_notes: tuple[str, ...] = ()
 
     @property
     def feasible(self) -> bool:
@@ -196,6 +204,8 @@ class VerificationResult:
             lines.append(line)
         for w in self.warnings:
             lines.append(f"warning: {w}")
+        lines.extend(f"repair {i}: {r.render()}" for i, r in enumerate(self.repairs, 1))
+        lines.extend(f"repairs: {n}" for n in self.repair_notes)
         return "\n".join(lines)
 
     __str__ = render
@@ -214,4 +224,6 @@ class VerificationResult:
             "proven": list(self.proven),
             "warnings": list(self.warnings),
             "stats": dict(self.stats),
+            "repairs": [r.to_dict() for r in self.repairs],
+            "repair_notes": list(self.repair_notes),
         }
