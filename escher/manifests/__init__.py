@@ -24,6 +24,7 @@ from escher.manifests._cluster import (
 )
 from escher.manifests._files import load_manifests
 from escher.manifests._filters import Exclusion, NodeFilter
+from escher.manifests._live import read_cluster
 from escher.manifests._translate import Translation, translate
 from escher.manifests._workloads import (
     ManifestError,
@@ -49,6 +50,7 @@ __all__ = [
     "cluster_from_objects",
     "load_cluster",
     "load_manifests",
+    "read_cluster",
     "translate",
     "workloads_from_objects",
 ]
