@@ -22,6 +22,7 @@ from escher.manifests._cluster import (
     cluster_from_objects,
     load_cluster,
 )
+from escher.manifests._emit import APPLY_ORDER, emit_placement
 from escher.manifests._files import load_manifests
 from escher.manifests._filters import Exclusion, NodeFilter
 from escher.manifests._live import read_cluster
@@ -35,6 +36,7 @@ from escher.manifests._workloads import (
 )
 
 __all__ = [
+    "APPLY_ORDER",
     "Exclusion",
     "KubeCluster",
     "KubeNode",
@@ -48,6 +50,7 @@ __all__ = [
     "Workloads",
     "check_manifests",
     "cluster_from_objects",
+    "emit_placement",
     "load_cluster",
     "load_manifests",
     "read_cluster",

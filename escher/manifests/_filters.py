@@ -69,7 +69,10 @@ class Exclusion:
 
     def reason(self) -> str:
         """kube-scheduler's per-node reason for it."""
-        return KUBE_REASONS[self.cause].format(taint=self.taint)
+        if not self.taint:
+            return KUBE_REASONS[self.cause]
+        key, _, rest = self.taint.partition(":")[0].partition("=")
+        return KUBE_REASONS[self.cause].format(taint=f"{{{key}: {rest}}}")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready data."""

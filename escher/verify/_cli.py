@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 from rich.console import Console
@@ -50,6 +50,9 @@ _ICOLOR = {
 #: The command's own exit codes (the shared ones, 3 bad input and more, are added).
 OWN_EXIT_CODES = {code: text for code, text in EXIT_CODES.items() if code != EXIT_BAD_INPUT}
 
+
+#: --kubeconfig given without a path: the client's default (KUBECONFIG or ~/.kube/config).
+_DEFAULT_KUBECONFIG = "\0default"
 
 #: Share of --timeout (at most 1 s) kept for printing the results and exiting.
 OUTPUT_SHARE = 0.03
@@ -253,16 +256,48 @@ class _Printer:
         "escher state --format json > cluster.json   # a cluster file of the live backend",
         "escher verify plan.json --cluster cluster.json --format json",
         "escher verify plan.json --backend ray --timeout 10 --no-intents",
+        "escher verify -f app/ --cluster nodes-and-pods.json   # Kubernetes manifests",
+        "escher verify -f app.yaml --kubeconfig --emit-placement pinned/",
     ],
     exit_codes=OWN_EXIT_CODES,
 )
-@click.argument("plan_file", type=click.Path(dir_okay=False))
+@click.argument("plan_file", type=click.Path(dir_okay=False), required=False)
+@click.option(
+    "-f",
+    "--filename",
+    "filenames",
+    type=click.Path(),
+    multiple=True,
+    help="Kubernetes manifests to check instead of a plan: a YAML/JSON file or a folder "
+    "(repeatable), as for kubectl apply -f.",
+)
 @click.option(
     "--cluster",
     "cluster",
     type=click.Path(dir_okay=False),
     default=None,
-    help="A cluster file (JSON, see docs/file-formats.md).",
+    help="A cluster file (JSON, see docs/file-formats.md); with -f, what "
+    "`kubectl get nodes,pods -A -o json` (or -o yaml) writes.",
+)
+@click.option(
+    "--kubeconfig",
+    "kubeconfig",
+    is_flag=False,
+    flag_value=_DEFAULT_KUBECONFIG,
+    default=None,
+    metavar="[PATH]",
+    help="With -f: read nodes and pods from this cluster (read only; no PATH: the default "
+    "kubeconfig).",
+)
+@click.option("--context", "context", default=None, metavar="NAME", help="With --kubeconfig.")
+@click.option(
+    "--emit-placement",
+    "emit_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    metavar="DIR",
+    help="With -f and a feasible verdict: write the manifests pinned to the proven "
+    "placement (node affinity) into DIR, with the order to apply them.",
 )
 @click.option(
     "--backend",
@@ -280,8 +315,12 @@ class _Printer:
 )
 @click.option("--no-intents", is_flag=True, help="Skip the intent proofs.")
 def verify(
-    plan_file: str,
+    plan_file: str | None,
+    filenames: tuple[str, ...],
     cluster: str | None,
+    kubeconfig: str | None,
+    context: str | None,
+    emit_dir: str | None,
     backend: str | None,
     fmt: str,
     timeout: float,
@@ -292,13 +331,21 @@ def verify(
     The verdict comes first (with a checked placement, or the cause in one line and the
     smallest set of your own statements that conflict); then each declared intent is
     reported proven, violated (with a counterexample) or timed out. --timeout bounds the
-    whole run.
+    whole run. With -f, checks Kubernetes manifests against a cluster's nodes and pods
+    (docs/kubernetes-preflight.md).
     """
     start = _started()
     if cluster is not None and backend is not None:
         fail("give --cluster or --backend, not both.", EXIT_BAD_INPUT)
     if not 0 < timeout < float("inf"):
         fail(f"--timeout must be a positive number of seconds, got {timeout}.", EXIT_BAD_INPUT)
+    if filenames or plan_file is None:
+        _check_manifest_options(plan_file, filenames, cluster, kubeconfig, backend)
+        deadline = start + timeout - min(OUTPUT_SHARE * timeout, 1.0)
+        _verify_manifests(filenames, cluster, kubeconfig, context, emit_dir, fmt, deadline)
+    if kubeconfig is not None or context is not None or emit_dir is not None:
+        fail("--kubeconfig, --context and --emit-placement go with -f MANIFESTS.", EXIT_BAD_INPUT)
+    assert plan_file is not None  # the manifest path above exits
     with contextlib.ExitStack() as frozen:
         with paused_gc():
             plan = load_grouped(plan_file)
@@ -326,4 +373,87 @@ def verify(
             data: dict[str, Any] = result.to_dict()
             data["cluster"] = where
             click.echo(json_text(data))
+    sys.exit(result.exit_code)
+
+
+def _check_manifest_options(
+    plan_file: str | None,
+    filenames: tuple[str, ...],
+    cluster: str | None,
+    kubeconfig: str | None,
+    backend: str | None,
+) -> None:
+    """Exit with a clear message unless the options name manifests and one cluster."""
+    if not filenames:
+        fail("give a PLAN_FILE, or Kubernetes manifests with -f PATH.", EXIT_BAD_INPUT)
+    if plan_file is not None:
+        fail("give a PLAN_FILE or -f manifests, not both.", EXIT_BAD_INPUT)
+    if backend is not None:
+        fail("-f checks against --cluster FILE or --kubeconfig, not --backend.", EXIT_BAD_INPUT)
+    if (cluster is None) == (kubeconfig is None):
+        fail(
+            "with -f, give the cluster: --cluster FILE (`kubectl get nodes,pods -A -o json "
+            "> FILE`) or --kubeconfig [PATH] to read it live; one of them.",
+            EXIT_BAD_INPUT,
+        )
+
+
+def _verify_manifests(
+    filenames: tuple[str, ...],
+    cluster: str | None,
+    kubeconfig: str | None,
+    context: str | None,
+    emit_dir: str | None,
+    fmt: str,
+    deadline: float,
+) -> NoReturn:
+    """`escher verify -f`: the manifests against the cluster's nodes and pods."""
+    from escher.manifests import (  # the layer above verify: loaded only for -f
+        check_manifests,
+        emit_placement,
+        load_cluster,
+        load_manifests,
+        read_cluster,
+    )
+
+    workloads = load_manifests(filenames)
+    if cluster is not None:
+        kube = load_cluster(cluster)
+        origin = f"cluster listing {cluster}"
+    else:
+        path = None if kubeconfig == _DEFAULT_KUBECONFIG else kubeconfig
+        kube = read_cluster(path, context)
+        origin = f"live cluster ({path or 'default kubeconfig'}{', ' + context if context else ''})"
+    left = deadline - time.monotonic()
+    if left <= 0:
+        fail("--timeout passed while reading the manifests and the cluster.", 2)
+    result = check_manifests(workloads, kube, timeout=left)
+    written = []
+    if emit_dir is not None and result.witness is not None:
+        written = emit_placement(workloads, result.witness, emit_dir)
+    pods = len(kube.pods)
+    where = f"checked against {origin}: {len(kube.nodes)} nodes, {pods} running pods"
+    if fmt == "json":
+        data: dict[str, Any] = result.to_dict()
+        data["cluster"] = where
+        data["emitted"] = [str(p) for p in written]
+        click.echo(json_text(data))
+    else:
+        printer = _Printer()
+        printer.verdict(result, where)
+        printer.rest(result)
+        for line in result.breakdown:
+            printer.console.print(line, markup=False, highlight=False)
+        for item in result.skipped:
+            printer.console.print(f"[yellow]warning:[/] not checked (kind not supported): {item}")
+        if emit_dir is not None:
+            if written:
+                printer.console.print(
+                    f"placement written: {len(written)} pinned manifest(s) in {emit_dir} "
+                    "(apply in the order of apply-order.txt)",
+                    markup=False,
+                    highlight=False,
+                )
+            else:
+                printer.console.print("no placement written: the verdict is not feasible.")
     sys.exit(result.exit_code)
