@@ -52,7 +52,7 @@ class KubeCluster:
         pods: Pods bound to a node and not finished (they hold requests, and count for
             inter-pod affinity, anti-affinity and spreading).
         namespaces: Namespace labels, by name (when Namespace objects were listed too).
-        pending: Pods not yet bound (listed, not counted).
+        pending: Pods not yet bound to a node (listed, not counted).
     """
 
     nodes: Mapping[str, KubeNode]
@@ -149,10 +149,10 @@ def cluster_from_objects(objects: Iterable[Mapping[str, Any]]) -> KubeCluster:
             nodes[node.name] = node
         elif kind == "Pod":
             pod = _pod(obj, where)
-            if pod is None:
-                pending += 1
-            else:
+            if pod is not None:
                 pods.append(pod)
+            elif not (obj.get("spec") or {}).get("nodeName"):
+                pending += 1
         elif kind == "Namespace":
             meta = obj.get("metadata") or {}
             namespaces[str(meta.get("name"))] = {
