@@ -28,17 +28,23 @@ def _pod_spec(obj: dict[str, Any], kind: str) -> dict[str, Any]:
 
 
 def pin(obj: Mapping[str, Any], kind: str, nodes: Sequence[str]) -> dict[str, Any]:
-    """A copy of `obj` whose pods may only use `nodes` (a ``matchFields`` term on the node
-    name, ANDed into every required node selector term; the other fields are kept)."""
+    """A copy of `obj` whose pods may only use `nodes` (a ``matchFields`` requirement on the
+    node name ANDed into every required node selector term; the other fields are kept).
+
+    The API server takes one value per ``matchFields`` requirement, so each term becomes one
+    term per node (terms are ORed).
+    """
     out = copy.deepcopy(dict(obj))
     spec = _pod_spec(out, kind)
     node_aff = spec.setdefault("affinity", {}).setdefault("nodeAffinity", {})
     required = node_aff.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
     terms = required.get("nodeSelectorTerms") or [{}]
-    field = {"key": PIN_KEY, "operator": "In", "values": sorted(set(nodes))}
+    pinned = []
     for term in terms:
-        term["matchFields"] = [*(term.get("matchFields") or []), field]
-    required["nodeSelectorTerms"] = terms
+        for node in sorted(set(nodes)):
+            field = {"key": PIN_KEY, "operator": "In", "values": [node]}
+            pinned.append({**term, "matchFields": [*(term.get("matchFields") or []), field]})
+    required["nodeSelectorTerms"] = pinned
     return out
 
 
