@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from escher.core.plan import Separated, SpreadAtMost
 from escher.core.resources import EPSILON
 from escher.manifests._cluster import KubeCluster
 from escher.manifests._filters import FILTER_ORDER, Exclusion, NodeFilter
@@ -105,6 +106,50 @@ def _stuck(t: Translation, result: VerificationResult) -> list[str]:
     return [n for n in dict.fromkeys(names) if n in t.workloads]
 
 
+def _domains_left(t: Translation, cluster: KubeCluster, task: str, key: str | None) -> int:
+    """How many domains of `key` (None: nodes) hold a node the task's hard filters allow."""
+    allowed = set(cluster.nodes)
+    for f in t.filters.get(task, []):
+        allowed &= set(f.nodes)
+    if key is None:
+        return len(allowed)
+    topo = t.plan.topologies.get(key)
+    if topo is not None:
+        return len({topo[n] for n in allowed if n in topo})
+    return len({v for n in allowed if (v := cluster.nodes[n].labels.get(key)) is not None})
+
+
+def _cause(t: Translation, cluster: KubeCluster, result: VerificationResult) -> str:
+    """The cause in the user's terms: for one workload against its own per-domain limit,
+    the pods, the limit and the usable domains; else the verifier's cause with the fields of
+    the conflict."""
+    if result.explanation is None:
+        return result.cause
+    intents = [
+        t.plan.intents[int(s.id[7:])]
+        for s in result.explanation.statements
+        if s.id.startswith("intent:")
+    ]
+    limits = [i for i in intents if isinstance(i, Separated | SpreadAtMost) and len(i.tasks) == 1]
+    if len(limits) == 1 and len(intents) - 1 == sum(isinstance(i, NodeFilter) for i in intents):
+        lim = limits[0]
+        task = lim.tasks[0]
+        w = t.workloads[task]
+        per = 1 if isinstance(lim, Separated) else lim.per_node
+        key = lim.topology_key
+        where = "node" if key is None else f"{key.split(' (')[0]} domain"
+        left = _domains_left(t, cluster, task, key)
+        return (
+            f"{w.title}: {w.replicas} pods, at most {per} per {where} ({lim.source}), "
+            f"and only {left} {where}(s) can take its pods"
+        )
+    fields = list(dict.fromkeys(i.source for i in intents if i.source))
+    if not fields:
+        return result.cause
+    shown = "; ".join(fields[:3]) + (f" (+{len(fields) - 3} more)" if len(fields) > 3 else "")
+    return f"{result.cause}: {shown}"
+
+
 def check_manifests(
     workloads: Workloads, cluster: KubeCluster, *, timeout: float = DEFAULT_TIMEOUT
 ) -> ManifestCheck:
@@ -140,6 +185,8 @@ def check_manifests(
             lines.append(min(scored)[1])
     base = {f.name: getattr(result, f.name) for f in dataclasses.fields(VerificationResult)}
     base["warnings"] = (*t.warnings, *result.warnings)
+    if result.explanation is not None:
+        base["cause"] = _cause(t, cluster, result)
     return ManifestCheck(
         **base,
         breakdown=tuple(lines),

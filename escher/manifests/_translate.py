@@ -434,18 +434,31 @@ class _Builder:
                 continue
             if not counted:
                 continue  # its selector counts no pod: every domain stays at 0
-            topo = self.topology_name(key, mapping, w, i)
             domains = len(set(mapping.values()))
             min_domains = c.get("minDomains")
             weight = 0.0 if hard else 1.0
-            if hard and isinstance(min_domains, int) and min_domains > domains:
+            # The global minimum is 0 when fewer domains than minDomains are eligible, and
+            # whenever there are more domains than pods: then the rule is "at most maxSkew
+            # per domain" (for hostname, a per-node limit: no node is a domain of its own).
+            at_most = isinstance(min_domains, int) and min_domains > domains
+            if at_most or w.replicas < domains:
+                per_node = key == HOSTNAME and self.key_for(key) is None
+                topo = None if per_node else self.topology_name(key, mapping, w, i)
                 self.out.plan.add_intent(SpreadAtMost((w.key,), field_path, weight, skew, topo))
             else:
-                self.out.plan.add_intent(SpreadEvenly((w.key,), field_path, weight, topo, skew))
+                name = self.topology_name(key, mapping, w, i)
+                self.out.plan.add_intent(SpreadEvenly((w.key,), field_path, weight, name, skew))
 
     # -- across workloads --------------------------------------------------------------
     def finish(self) -> None:
         for key, pairs in self.anti.items():
+            bare = [n for n in self.names if key is not None and key not in self.labels[n]]
+            if bare:
+                self.warn(
+                    f"{len(bare)} node(s) without label {key} ({', '.join(bare[:3])}) are kept "
+                    f"free of pods under anti-affinity on {key}; kube-scheduler would allow "
+                    "them (a FEASIBLE verdict holds; an INFEASIBLE one may not)."
+                )
             selfish = {a for (a, b) in pairs if a == b}
             for (a, b), sources in sorted(pairs.items()):
                 src = "; ".join(dict.fromkeys(sources))
