@@ -52,15 +52,13 @@ from tests.manifests.agreement_sets import HOSTNAME, ManifestSet, generate, pods
 from tests.support.k8s_control_plane import ControlPlane, add_fake_node, binaries_available
 from tests.support.k8s_fixture import SKIP_REASON
 
-pytestmark = pytest.mark.k8s
-
 SETS = int(os.environ.get("ESCHER_AGREEMENT_SETS", "200"))
 SEED = int(os.environ.get("ESCHER_AGREEMENT_SEED", "2029"))
 GROUPS = 6
 #: No pod of the set bound for this long: kube-scheduler is done with it.
 SETTLE = 2.5
 #: The same for the pinned witness (pods wait for the pods their affinity needs).
-PIN_SETTLE = 5.0
+PIN_SETTLE = 3.5
 #: Bound on one wait for kube-scheduler.
 WAIT_LIMIT = 40.0
 #: Seconds escher may take per set.
@@ -283,6 +281,18 @@ def _save(outcomes: list[Outcome], where: Path) -> None:
         (where / f"set-{case.index}.json").write_text(json.dumps(doc, indent=1))
 
 
+def test_every_generated_set_reads_as_its_controllers_would_create_it() -> None:
+    for i in range(60):
+        case = generate(i, SEED * 100_003 + i, "g0")
+        assert generate(i, SEED * 100_003 + i, "g0") == case
+        workloads = workloads_from_objects(case.workloads, source=f"set-{i}")
+        assert not workloads.skipped
+        assert sum(w.replicas for w in workloads.items) == len(case.pods())
+        assert all(p["metadata"]["namespace"] == case.namespace for p in case.pods())
+
+
+@pytest.mark.k8s
+@pytest.mark.timeout(900)
 def test_escher_agrees_with_kube_scheduler(
     plane: ControlPlane, tmp_path: Path, record_property: Any
 ) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import socket
+import subprocess
 import sys
 import time
 import uuid
@@ -148,3 +150,50 @@ def test_finished_pods_are_not_read(k8s_cluster: Any, zoned: dict[str, Any]) -> 
     cluster = read_cluster(str(k8s_cluster.cp.kubeconfig_path))
     names = {p.name for p in cluster.pods}
     assert done not in names and set(zoned["pods"][1:]) <= names
+
+
+def _escher(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "escher.cli", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def _gpu_deployment(tmp_path: Path, replicas: int) -> str:
+    """A Deployment whose pods each need a GPU and tolerate the GPU node's taint."""
+    spec = {
+        "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+        "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+    }
+    doc = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "train", "namespace": "ml"},
+        "spec": {"replicas": replicas, "template": {"metadata": {"labels": {"app": "t"}},
+                                                    "spec": spec}},
+    }  # fmt: skip
+    path = tmp_path / f"train-{replicas}.json"
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+@pytest.mark.k8s
+def test_escher_verify_reads_the_cluster_with_kubeconfig(
+    k8s_cluster: Any, zoned: dict[str, Any], tmp_path: Path
+) -> None:
+    kubeconfig = str(k8s_cluster.cp.kubeconfig_path)
+    gpu_node = zoned["nodes"][1]
+    fits = _escher("verify", "-f", _gpu_deployment(tmp_path, 2), "--kubeconfig", kubeconfig,
+                   "--format", "json")  # fmt: skip
+    assert fits.returncode == 0, fits.stdout + fits.stderr
+    assert json.loads(fits.stdout)["witness"] == {"Deployment/ml/train": [gpu_node, gpu_node]}
+    too_many = _escher("verify", "-f", _gpu_deployment(tmp_path, 3), "--kubeconfig", kubeconfig)
+    assert too_many.returncode == 1, too_many.stdout + too_many.stderr
+    assert "GPU" in too_many.stdout
+
+
+def test_escher_verify_with_a_bad_kubeconfig_says_so_without_a_traceback(tmp_path: Path) -> None:
+    out = _escher("verify", "-f", _gpu_deployment(tmp_path, 1), "--kubeconfig",
+                  str(tmp_path / "missing"))  # fmt: skip
+    assert out.returncode not in (0, 1, 2), out
+    assert "--kubeconfig PATH" in out.stderr + out.stdout
+    assert "Traceback" not in out.stderr + out.stdout
