@@ -83,6 +83,7 @@ class _Builder:
         # anti-affinity edges per topology key: (a, b) pairs of task names, with sources
         self.anti: dict[str | None, dict[tuple[str, str], list[str]]] = {}
         self.topology_names: dict[tuple[str, tuple[tuple[str, str], ...]], str] = {}
+        self.taint_memo: dict[str, tuple[dict[str, set[str]], dict[str, set[str]]]] = {}
 
     # -- helpers -----------------------------------------------------------------------
     def warn(self, text: str) -> None:
@@ -181,7 +182,14 @@ class _Builder:
         if name:
             self.restrict(w, "nodeName", "nodeName", {str(name)}, f"nodeName {name}")
 
-    def taints(self, w: Workload, tolerations: list[Any]) -> None:
+    def untolerated(
+        self, tolerations: list[Any]
+    ) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+        """Taint -> the nodes with it that `tolerations` do not tolerate: (NoSchedule and
+        NoExecute, PreferNoSchedule); workloads with the same tolerations share the answer."""
+        memo = repr(tolerations)
+        if memo in self.taint_memo:
+            return self.taint_memo[memo]
         hard: dict[str, set[str]] = {}
         soft: dict[str, set[str]] = {}
         for n in self.names:
@@ -193,6 +201,11 @@ class _Builder:
                     hard.setdefault(text, set()).add(n)
                 elif taint.get("effect") == "PreferNoSchedule":
                     soft.setdefault(text, set()).add(n)
+        self.taint_memo[memo] = (hard, soft)
+        return hard, soft
+
+    def taints(self, w: Workload, tolerations: list[Any]) -> None:
+        hard, soft = self.untolerated(tolerations)
         for text, tainted in sorted(hard.items()):
             ok = set(self.names) - tainted
             self.restrict(
