@@ -57,8 +57,9 @@ SEED = int(os.environ.get("ESCHER_AGREEMENT_SEED", "2029"))
 GROUPS = 6
 #: No pod of the set bound for this long: kube-scheduler is done with it.
 SETTLE = 2.5
-#: The same for the pinned witness (pods wait for the pods their affinity needs).
-PIN_SETTLE = 3.5
+#: The same for the witness pinned pod by pod, which is asserted: longer, so that a loaded
+#: machine does not fail it (pods may wait for the pods their affinity needs).
+PIN_SETTLE = 10.0
 #: Bound on one wait for kube-scheduler.
 WAIT_LIMIT = 40.0
 #: Seconds escher may take per set.
@@ -85,6 +86,7 @@ class Outcome:
     pinned_bound: int | None = None  # pods the witness pinned pod by pod bound
     emitted_bound: int | None = None  # pods the emitted placement bound (None: not tried)
     pending: list[str] = field(default_factory=list)  # kube-scheduler's messages
+    pinned_pending: list[str] = field(default_factory=list)  # the same, pinned witness
     error: str = ""
 
     @property
@@ -98,7 +100,9 @@ class Outcome:
         exact = "" if self.exact else " (approximate)"
         return (
             f"{self.case.describe()}: escher {self.verdict}{exact} {self.cause!r}; kube-scheduler "
-            f"bound {self.bound}/{self.pods}{pinned} {self.pending[:3]}{self.error}"
+            f"bound {self.bound}/{self.pods}{pinned} {self.pending[:3]}"
+            f"{' pinned: ' + str(self.pinned_pending[:3]) if self.pinned_pending else ''}"
+            f"{self.error}"
         )
 
 
@@ -221,8 +225,11 @@ def _emitted(case: ManifestSet, witness: dict[str, list[str]], where: Path) -> l
     return [pod for name in order for pod in pods_of(yaml.safe_load((where / name).read_text()))]
 
 
-def _reapply(api: Any, case: ManifestSet, pods: list[dict[str, Any]], names: set[str]) -> int:
-    """Delete the set's pods, create `pods` instead; how many kube-scheduler binds."""
+def _reapply(
+    api: Any, case: ManifestSet, pods: list[dict[str, Any]], names: set[str], quiet: float
+) -> tuple[int, list[str]]:
+    """Delete the set's pods, create `pods` instead; how many kube-scheduler binds, and
+    its messages for the others."""
     for name in names:
         _json(api.delete_namespaced_pod(name, case.namespace, grace_period_seconds=0,
                                         _preload_content=False))  # fmt: skip
@@ -231,8 +238,8 @@ def _reapply(api: Any, case: ManifestSet, pods: list[dict[str, Any]], names: set
         assert time.monotonic() < deadline, f"pods of set {case.index} not deleted"
         time.sleep(POLL)
     _create_pods(api, pods)
-    settled = _settle(api, case.namespace, names, PIN_SETTLE)
-    return sum(1 for p in settled if p["spec"].get("nodeName"))
+    settled = _settle(api, case.namespace, names, quiet)
+    return sum(1 for p in settled if p["spec"].get("nodeName")), _messages(settled)
 
 
 def _run_set(api: Any, kubeconfig: str, case: ManifestSet, scratch: Path) -> Outcome:
@@ -250,8 +257,11 @@ def _run_set(api: Any, kubeconfig: str, case: ManifestSet, scratch: Path) -> Out
         outcome.pending = _messages(settled)
         if outcome.verdict == "FEASIBLE" and not outcome.all_bound:
             emitted = _emitted(case, outcome.witness, scratch / f"set-{case.index}")
-            outcome.emitted_bound = _reapply(api, case, emitted, names)
-            outcome.pinned_bound = _reapply(api, case, _pinned(case, outcome.witness), names)
+            outcome.emitted_bound, _ = _reapply(api, case, emitted, names, SETTLE)
+            pinned = _pinned(case, outcome.witness)
+            outcome.pinned_bound, outcome.pinned_pending = _reapply(
+                api, case, pinned, names, PIN_SETTLE
+            )
     except Exception as exc:  # reported with the set, so one bad set names itself
         outcome.error = f" ERROR {type(exc).__name__}: {exc}"
     finally:
