@@ -4,13 +4,14 @@ manifests, so kube-scheduler (greedy) lands the pods where escher proved they fi
 from __future__ import annotations
 
 import copy
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from escher.manifests._workloads import ManifestError, Workloads
+from escher.manifests._workloads import ManifestError, Workload, Workloads
 
 #: The file, in the output folder, that lists the patched manifests in the order to apply.
 APPLY_ORDER = "apply-order.txt"
@@ -48,14 +49,60 @@ def pin(obj: Mapping[str, Any], kind: str, nodes: Sequence[str]) -> dict[str, An
     return out
 
 
+#: Label that tells apart the per-node parts of one workload (their selectors stay disjoint).
+PART_LABEL = "escher.io/placement-part"
+
+
+def split(w: Workload, nodes: Sequence[str]) -> list[tuple[str, dict[str, Any]]]:
+    """The workload as objects that each run its pods of one witness node, pinned there.
+
+    A Pod, or a workload whose pods all go to one node, stays one object. Otherwise each node
+    gets a part named ``<name>-<i>`` with that node's pods (``replicas``, or a Job's
+    ``parallelism`` and ``completions``, the first part keeping the completions that do not
+    run at once), its pods labelled `PART_LABEL` (added to the selector, so parts never
+    adopt each other's pods); every other field is kept.
+    """
+    counts = Counter(nodes)
+    if w.kind == "Pod" or len(counts) == 1:
+        return [(w.name, pin(w.raw, w.kind, list(counts)))]
+    spec = w.raw.get("spec") or {}
+    extra = 0
+    if w.kind == "Job" and spec.get("completions") is not None:
+        extra = max(0, int(spec["completions"]) - w.replicas)
+    parts = []
+    for i, (node, count) in enumerate(sorted(counts.items())):
+        obj = pin(w.raw, w.kind, [node])
+        obj["metadata"] = {**(obj.get("metadata") or {}), "name": f"{w.name}-{i}"}
+        part = obj["spec"]
+        template = part.setdefault("template", {})
+        tmeta = template.setdefault("metadata", {})
+        tmeta["labels"] = {**(tmeta.get("labels") or {}), PART_LABEL: str(i)}
+        if w.kind == "Job":
+            part["parallelism"] = count
+            if spec.get("completions") is not None:
+                part["completions"] = count + (extra if i == 0 else 0)
+        else:
+            part["replicas"] = count
+            selector = part.get("selector")
+            if isinstance(selector, dict):
+                selector["matchLabels"] = {
+                    **(selector.get("matchLabels") or {}),
+                    PART_LABEL: str(i),
+                }
+        parts.append((f"{w.name}-{i}", obj))
+    return parts
+
+
 def emit_placement(
     workloads: Workloads, witness: Mapping[str, Sequence[str]], directory: str | Path
 ) -> list[Path]:
-    """Write each workload of `witness` as a copy pinned to the nodes the witness gives it.
+    """Write the workloads of `witness` pinned to the nodes the witness gives their pods.
 
-    Files are ``NN-<kind>-<namespace>-<name>.yaml`` in `directory` (created if needed),
-    most constrained first (fewest nodes per pod), plus `APPLY_ORDER` listing them; apply
-    them in that order (``kubectl apply -f`` on each).
+    Each workload becomes one object per witness node (`split`), pinned to that node, so
+    kube-scheduler binds every pod where escher proved it fits. Files are
+    ``NNN-<kind>-<namespace>-<name>.yaml`` in `directory` (created if needed), the most
+    constrained workloads first, plus `APPLY_ORDER` listing them; apply them in that order
+    (``kubectl apply -f`` on each).
 
     Returns:
         The manifest files written, in apply order.
@@ -72,13 +119,12 @@ def emit_placement(
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         written: list[Path] = []
-        for i, (key, nodes) in enumerate(placed):
+        for key, nodes in placed:
             w = by_key[key]
-            obj = pin(w.raw, w.kind, nodes)
-            name = f"{i:02d}-{w.kind.lower()}-{w.namespace}-{w.name}.yaml"
-            path = out_dir / name
-            path.write_text(yaml.safe_dump(obj, sort_keys=False), encoding="utf-8")
-            written.append(path)
+            for name, obj in split(w, nodes):
+                path = out_dir / f"{len(written):03d}-{w.kind.lower()}-{w.namespace}-{name}.yaml"
+                path.write_text(yaml.safe_dump(obj, sort_keys=False), encoding="utf-8")
+                written.append(path)
         (out_dir / APPLY_ORDER).write_text(
             "".join(f"{p.name}\n" for p in written), encoding="utf-8"
         )

@@ -10,9 +10,16 @@ import yaml
 from click.testing import CliRunner
 
 from escher.cli import main
-from escher.manifests import APPLY_ORDER, cluster_from_objects, load_manifests
+from escher.manifests import (
+    APPLY_ORDER,
+    cluster_from_objects,
+    emit_placement,
+    load_manifests,
+    workloads_from_objects,
+)
+from escher.manifests._emit import PART_LABEL
 from escher.manifests._match import node_affinity_matches
-from tests.manifests.kube_objects import anti, deployment, node, zones
+from tests.manifests.kube_objects import anti, container, deployment, node, zones
 
 
 @pytest.fixture
@@ -52,18 +59,22 @@ def test_feasible_text_and_placement(files: Path) -> None:
     assert "FEASIBLE" in out and "Deployment/default/web" in out
     assert "not checked (kind not supported): Service web" in out
     order = (out_dir / APPLY_ORDER).read_text().split()
-    assert order == ["00-deployment-default-web.yaml"]
-    # the pinned copy keeps the user's term and ANDs the pin into it
-    pinned = load_manifests([out_dir / order[0]]).items[0]
-    terms = pinned.pod_spec["affinity"]["nodeAffinity"][
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    ]["nodeSelectorTerms"]
-    assert terms[0]["matchExpressions"][0]["key"] == "disk"
+    assert order == [f"{i:03d}-deployment-default-web-{i}.yaml" for i in range(3)]
+    # one part per witness node: the user's term is kept, the pin ANDed into it
     cluster = cluster_from_objects(zones(3, per_zone=2))
-    allowed = [
-        n for n, kn in cluster.nodes.items() if node_affinity_matches(terms, kn.labels, n, "t")
-    ]
-    assert len(allowed) == 3 and len({n[0] for n in allowed}) == 3
+    pinned_to = []
+    for name in order:
+        part = load_manifests([out_dir / name]).items[0]
+        assert part.replicas == 1 and part.labels["app"] == "web"
+        terms = part.pod_spec["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ]["nodeSelectorTerms"]
+        assert terms[0]["matchExpressions"][0]["key"] == "disk"
+        (allowed,) = [
+            n for n, kn in cluster.nodes.items() if node_affinity_matches(terms, kn.labels, n, "t")
+        ]
+        pinned_to.append(allowed)
+    assert len({n[0] for n in pinned_to}) == 3  # one per zone, as the witness
 
 
 def test_infeasible_json(files: Path) -> None:
@@ -113,3 +124,29 @@ def test_bad_input_exits_3_with_a_clear_message(
     assert code == 3, out
     assert message in out
     assert "Traceback" not in out
+
+
+def test_emitted_parts_of_a_job_and_a_single_node_workload(tmp_path: Path) -> None:
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "train"},
+        "spec": {
+            "parallelism": 3,
+            "completions": 5,
+            "template": {"spec": {"containers": [container("3")]}},
+        },
+    }
+    small = deployment("small", 2, cpu="100m")
+    workloads = workloads_from_objects([job, small])
+    witness = {"Job/default/train": ["a", "b", "b"], "Deployment/default/small": ["c", "c"]}
+    files = emit_placement(workloads, witness, tmp_path)
+    parts = [yaml.safe_load(f.read_text()) for f in files]
+    assert [p["metadata"]["name"] for p in parts] == ["small", "train-0", "train-1"]
+    assert parts[0]["spec"]["replicas"] == 2
+    assert [(p["spec"]["parallelism"], p["spec"]["completions"]) for p in parts[1:]] == [
+        (1, 3),
+        (2, 2),
+    ]
+    labels = [p["spec"]["template"]["metadata"]["labels"][PART_LABEL] for p in parts[1:]]
+    assert labels == ["0", "1"]
