@@ -184,6 +184,8 @@ def check_manifests(
         if scored:
             lines.append(min(scored)[1])
     base = {f.name: getattr(result, f.name) for f in dataclasses.fields(VerificationResult)}
+    if result.witness is not None:  # without the tasks standing for running pods
+        base["witness"] = {k: v for k, v in result.witness.items() if k in t.workloads}
     base["warnings"] = (*t.warnings, *result.warnings)
     if result.explanation is not None:
         base["cause"] = _cause(t, cluster, result)

@@ -30,6 +30,7 @@ KUBE_REASONS: Mapping[str, str] = {
     "existingAntiAffinity": "node(s) didn't satisfy existing pods anti-affinity rules",
     "podAffinity": "node(s) didn't match pod affinity rules",
     "podGroup": "pod group has fewer pods than its minMember",
+    "topologySpread": "node(s) didn't match pod topology spread constraints",
 }
 
 #: The order kube-scheduler's filter plugins run in (the first failing one is reported).
@@ -41,6 +42,7 @@ FILTER_ORDER = (
     "nodeAffinity",
     "resources",
     "topologyLabel",
+    "topologySpread",
     "podAffinityLabel",
     "existingAntiAffinity",
     "podAntiAffinity",

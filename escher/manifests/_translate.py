@@ -11,11 +11,21 @@ is left out with a warning (never made stricter than kube-scheduler).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from escher.core.plan import Colocated, Gang, Intent, Plan, Separated, SpreadAtMost, SpreadEvenly
+from escher.core.plan import (
+    Colocated,
+    Gang,
+    Intent,
+    PinnedTo,
+    Plan,
+    Separated,
+    SpreadAtMost,
+    SpreadEvenly,
+)
 from escher.manifests._cluster import KubeCluster, RunningPod
 from escher.manifests._filters import NodeFilter, node_filter
 from escher.manifests._match import (
@@ -32,6 +42,24 @@ REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 HARD_EFFECTS = ("NoSchedule", "NoExecute")
 UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+
+
+@dataclass(frozen=True)
+class _Spread:
+    """One topology spread constraint of a workload, as read."""
+
+    w: Workload
+    index: int
+    path: str
+    key: str
+    skew: int
+    weight: float
+    min_domains: Any
+    mapping: dict[str, str]
+
+    @property
+    def field(self) -> str:
+        return self.w.field(self.path)
 
 
 @dataclass
@@ -438,29 +466,73 @@ class _Builder:
                 labelled = {n for n in self.names if all(k in self.labels[n] for k in keys)}
                 self.restrict(w, "topologyLabel", path, labelled, f"nodes labelled {key}")
             others = [o for o in counted if o.key != w.key]
-            if running or others:
-                what = ", ".join(o.title for o in others) or f"{len(running)} running pod(s)"
+            if others:
                 self.warn(
-                    f"{field_path}: not checked: the spread also counts {what}; escher checks "
-                    "spreads that count only the workload's own new pods."
+                    f"{field_path}: not checked: the spread also counts the pods of "
+                    f"{', '.join(o.title for o in others)}; escher checks spreads that count "
+                    "the workload's own pods and running pods."
                 )
                 continue
             if not counted:
-                continue  # its selector counts no pod: every domain stays at 0
-            domains = len(set(mapping.values()))
-            min_domains = c.get("minDomains")
+                continue  # its selector counts none of the new pods: nothing to check
             weight = 0.0 if hard else 1.0
-            # The global minimum is 0 when fewer domains than minDomains are eligible, and
-            # whenever there are more domains than pods: then the rule is "at most maxSkew
-            # per domain" (for hostname, a per-node limit: no node is a domain of its own).
-            at_most = isinstance(min_domains, int) and min_domains > domains
-            if at_most or w.replicas < domains:
-                per_node = key == HOSTNAME and self.key_for(key) is None
-                topo = None if per_node else self.topology_name(key, mapping, w, i)
-                self.out.plan.add_intent(SpreadAtMost((w.key,), field_path, weight, skew, topo))
-            else:
-                name = self.topology_name(key, mapping, w, i)
-                self.out.plan.add_intent(SpreadEvenly((w.key,), field_path, weight, name, skew))
+            rule = _Spread(w, i, path, key, skew, weight, c.get("minDomains"), mapping)
+            self.spread_rule(rule, Counter(mapping[p.node] for p in running))
+
+    def phantoms(self, rule: _Spread, running: Mapping[str, int], within: int) -> list[str]:
+        """Tasks standing for the running pods a spread counts: per domain holding fewer than
+        `within` of them, that many replicas pinned to the domain's nodes (they request
+        nothing: their requests are already taken from the nodes)."""
+        names = []
+        for j, (domain, count) in enumerate(sorted(running.items())):
+            if count >= within:
+                continue
+            name = f"running pods/{rule.w.key}/{rule.index}/{j}"
+            src = f"{count} running pod(s) in {rule.key}={domain} counted by {rule.field}"
+            self.out.plan.add_task(name, {}, count=count, concurrent=True, source=src)
+            nodes = tuple(n for n, d in sorted(rule.mapping.items()) if d == domain)
+            self.out.plan.add_intent(PinnedTo((name,), src, 0.0, nodes))
+            names.append(name)
+        return names
+
+    def spread_rule(self, rule: _Spread, running: Mapping[str, int]) -> None:
+        """kube-scheduler admits a pod into domain d when count(d) + 1 - min <= maxSkew, min
+        over the eligible domains (0 when fewer than minDomains). From running counts r and
+        new pods x, the placements it reaches are those where every domain that gets new pods
+        ends at most maxSkew above the final minimum (fill the emptiest first)."""
+        w, skew = rule.w, rule.skew
+        values = set(rule.mapping.values())
+        empty = len(values - set(running))
+        at_most = isinstance(rule.min_domains, int) and rule.min_domains > len(values)
+        per_node = rule.key == HOSTNAME and self.key_for(rule.key) is None
+        if at_most or w.replicas < empty:
+            # the minimum stays 0: new pods only where fewer than maxSkew pods run, up to it
+            full = {d for d, r in running.items() if r >= skew}
+            if full and not rule.weight:
+                self.restrict(
+                    w,
+                    "topologySpread",
+                    rule.path,
+                    {n for n, d in rule.mapping.items() if d not in full}
+                    | (set(self.names) - set(rule.mapping)),
+                    f"spread over {rule.key}: {len(full)} domain(s) already hold maxSkew "
+                    "matching running pods",
+                )
+            names = (w.key, *self.phantoms(rule, running, skew))
+            topo = None if per_node else self.topology_name(rule.key, rule.mapping, w, rule.index)
+            self.out.plan.add_intent(SpreadAtMost(names, rule.field, rule.weight, skew, topo))
+            return
+        counts = [running.get(v, 0) for v in values] or [0]
+        if max(counts) - min(counts) > skew:
+            self.warn(
+                f"{rule.field}: not checked: the running pods it counts are already spread "
+                f"unevenly ({min(counts)} to {max(counts)} per domain, maxSkew {skew}); "
+                "escher checks a spread from running counts within maxSkew of each other."
+            )
+            return
+        names = (w.key, *self.phantoms(rule, running, 1 << 62))
+        name = self.topology_name(rule.key, rule.mapping, w, rule.index)
+        self.out.plan.add_intent(SpreadEvenly(names, rule.field, rule.weight, name, skew))
 
     # -- across workloads --------------------------------------------------------------
     def finish(self) -> None:

@@ -358,17 +358,37 @@ def test_spread_min_domains() -> None:
 def test_spread_match_label_keys_narrows_the_count() -> None:
     """matchLabelKeys: the pod's values of those keys join the selector, so a running pod
     of another revision is not counted."""
-    cluster = [*zones(2), pod("old", node_name="a0", cpu="0", labels={"app": "web", "rev": "1"})]
+    old = pod("old", node_name="a0", cpu="0", labels={"app": "web", "rev": "1"})
+    cluster = [node("a0", "a", cpu="8"), node("b0", "b", cpu="1"), old]
     plain = deployment(
-        "web", 2, cpu="1", labels={"rev": "2"}, topologySpreadConstraints=spread("web")
+        "web", 3, cpu="1", labels={"rev": "2"}, topologySpreadConstraints=spread("web")
     )
-    r = check([plain], cluster)
-    assert any("not checked" in w for w in r.warnings)  # counts a running pod: left out
+    assert check([plain], cluster).status is Verdict.INFEASIBLE  # a: 1 + 2 against b: 1
     keyed = spread("web", matchLabelKeys=["rev"])
-    d = deployment("web", 2, cpu="1", labels={"rev": "2"}, topologySpreadConstraints=keyed)
+    d = deployment("web", 3, cpu="1", labels={"rev": "2"}, topologySpreadConstraints=keyed)
+    assert zone_counts(check([d], cluster), "Deployment/default/web") == [1, 2]
+
+
+def test_spread_counts_running_pods() -> None:
+    """Running pods count: new pods fill the emptier zones first."""
+    running = [pod(f"r{i}", node_name="a0", cpu="0", labels={"app": "web"}) for i in range(2)]
+    cluster = [*zones(3, per_zone=1, cpu="8"), *running]
+    d = deployment("web", 4, cpu="1", topologySpreadConstraints=spread("web"))
     r = check([d], cluster)
-    assert not any("not checked" in w for w in r.warnings)
-    assert zone_counts(r, "Deployment/default/web") == [1, 1]
+    assert r.witness is not None and set(r.witness) == {"Deployment/default/web"}
+    new = Counter(n[0] for n in r.witness["Deployment/default/web"])
+    assert (new["a"] + 2, new["b"], new["c"]) in {(2, 2, 2)}
+    d["spec"]["replicas"] = 1  # more empty zones than pods: the minimum stays 0
+    r = check([d], cluster)
+    assert r.feasible and r.witness is not None
+    assert r.witness["Deployment/default/web"][0][0] in "bc"
+    # already uneven beyond maxSkew: not checked, with a warning
+    uneven = [
+        *zones(2, cpu="8"),
+        *(pod(f"r{i}", node_name="a0", cpu="0", labels={"app": "web"}) for i in range(3)),
+    ]
+    r = check([deployment("web", 4, cpu="1", topologySpreadConstraints=spread("web"))], uneven)
+    assert any("not checked" in w for w in r.warnings)
 
 
 def test_spread_missing_label_excludes_node() -> None:
