@@ -136,6 +136,8 @@ class _Generator:
             }
             if rng.random() < 0.25:
                 capacity[WIDGET] = str(rng.randint(1, 2))
+            if rng.random() < 0.6:
+                capacity["ephemeral-storage"] = rng.choice(("10Gi", "20Gi"))
             taints = []
             if rng.random() < 0.15:
                 taints.append({"key": "dedicated", "value": "batch", "effect": "NoSchedule"})
@@ -157,9 +159,17 @@ class _Generator:
         }
         if rng.random() < 0.05:
             req[WIDGET] = "1"
+        if rng.random() < 0.1:
+            req["ephemeral-storage"] = rng.choice(("4Gi", "8Gi"))
         return req
 
-    def container(self, name: str, requests: dict[str, str]) -> dict[str, Any]:
+    def container(
+        self, name: str, requests: dict[str, str], limits_only: bool = False
+    ) -> dict[str, Any]:
+        """A container requesting `requests`; with `limits_only` it gives them as limits,
+        which the API server copies into the requests."""
+        if limits_only:
+            return {"name": name, "image": IMAGE, "resources": {"limits": requests}}
         limits = {k: v for k, v in requests.items() if k == WIDGET}  # extended: limit = request
         resources: dict[str, Any] = {"requests": requests}
         if limits:
@@ -286,7 +296,8 @@ class _Generator:
         rng = self.rng
         spec: dict[str, Any] = {
             "containers": [
-                self.container(f"c{i}", self.requests()) for i in range(rng.choice((1, 1, 2)))
+                self.container(f"c{i}", self.requests(), limits_only=rng.random() < 0.1)
+                for i in range(rng.choice((1, 1, 2)))
             ],
             "nodeSelector": {GROUP_LABEL: self.group},
             "terminationGracePeriodSeconds": 0,
@@ -364,11 +375,14 @@ class _Generator:
         for i in range(rng.choice((0, 0, 1, 2, 3))):
             node = rng.choice(nodes)
             labels = {"app": rng.choice([*apps, "other"]), "tier": rng.choice(("front", "back"))}
-            spec = {
+            spec: dict[str, Any] = {
                 "nodeName": node.name,
                 "containers": [self.container("c", {"cpu": "250m", "memory": "256Mi"})],
                 "terminationGracePeriodSeconds": 0,
             }
+            if rng.random() < 0.3:  # kube-scheduler keeps new pods away from it (symmetry)
+                term = self.pod_term(rng.choice(apps), apps, (HOSTNAME, ZONE))
+                spec["affinity"] = {"podAntiAffinity": {REQUIRED: [term]}}
             out.append(
                 {
                     "apiVersion": "v1",

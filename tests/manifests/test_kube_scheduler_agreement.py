@@ -31,6 +31,7 @@ import json
 import os
 import threading
 import time
+import traceback
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -226,19 +227,22 @@ def _emitted(case: ManifestSet, witness: dict[str, list[str]], where: Path) -> l
 
 
 def _reapply(
-    api: Any, case: ManifestSet, pods: list[dict[str, Any]], names: set[str], quiet: float
+    api: Any, case: ManifestSet, pods: list[dict[str, Any]], quiet: float
 ) -> tuple[int, list[str]]:
-    """Delete the set's pods, create `pods` instead; how many kube-scheduler binds, and
-    its messages for the others."""
-    for name in names:
-        _json(api.delete_namespaced_pod(name, case.namespace, grace_period_seconds=0,
-                                        _preload_content=False))  # fmt: skip
+    """Delete the set's new pods, create `pods` instead; how many kube-scheduler binds, and
+    its messages for the others (names may differ: emitted parts are new objects)."""
+    running = {p["metadata"]["name"] for p in case.running}
+    for pod in _pods(api, case.namespace):
+        if pod["metadata"]["name"] not in running:
+            _json(api.delete_namespaced_pod(pod["metadata"]["name"], case.namespace,
+                                            grace_period_seconds=0,
+                                            _preload_content=False))  # fmt: skip
     deadline = time.monotonic() + WAIT_LIMIT
-    while names & {p["metadata"]["name"] for p in _pods(api, case.namespace)}:
+    while {p["metadata"]["name"] for p in _pods(api, case.namespace)} - running:
         assert time.monotonic() < deadline, f"pods of set {case.index} not deleted"
         time.sleep(POLL)
     _create_pods(api, pods)
-    settled = _settle(api, case.namespace, names, quiet)
+    settled = _settle(api, case.namespace, {p["metadata"]["name"] for p in pods}, quiet)
     return sum(1 for p in settled if p["spec"].get("nodeName")), _messages(settled)
 
 
@@ -257,13 +261,12 @@ def _run_set(api: Any, kubeconfig: str, case: ManifestSet, scratch: Path) -> Out
         outcome.pending = _messages(settled)
         if outcome.verdict == "FEASIBLE" and not outcome.all_bound:
             emitted = _emitted(case, outcome.witness, scratch / f"set-{case.index}")
-            outcome.emitted_bound, _ = _reapply(api, case, emitted, names, SETTLE)
+            outcome.emitted_bound, _ = _reapply(api, case, emitted, SETTLE)
             pinned = _pinned(case, outcome.witness)
-            outcome.pinned_bound, outcome.pinned_pending = _reapply(
-                api, case, pinned, names, PIN_SETTLE
-            )
+            outcome.pinned_bound, outcome.pinned_pending = _reapply(api, case, pinned, PIN_SETTLE)
     except Exception as exc:  # reported with the set, so one bad set names itself
-        outcome.error = f" ERROR {type(exc).__name__}: {exc}"
+        where = "".join(traceback.format_tb(exc.__traceback__, limit=-2))
+        outcome.error = f" ERROR {type(exc).__name__}: {exc}\n{where}"
     finally:
         _delete_pods(api, case.namespace)
         _delete_nodes(api, case)
