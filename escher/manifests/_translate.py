@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from escher.core.plan import (
     Colocated,
@@ -42,6 +42,15 @@ REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 HARD_EFFECTS = ("NoSchedule", "NoExecute")
 UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+
+
+class _Found(NamedTuple):
+    """What a pod (anti-)affinity term selects."""
+
+    key: str
+    plan_key: str | None
+    targets: list[Workload]
+    values: set[str]
 
 
 @dataclass(frozen=True)
@@ -112,6 +121,7 @@ class _Builder:
         self.anti: dict[str | None, dict[tuple[str, str], list[str]]] = {}
         self.topology_names: dict[tuple[str, tuple[tuple[str, str], ...]], str] = {}
         self.taint_memo: dict[str, tuple[dict[str, set[str]], dict[str, set[str]]]] = {}
+        self.later: list[Intent] = []  # intents across workloads, added once all are read
 
     # -- helpers -----------------------------------------------------------------------
     def warn(self, text: str) -> None:
@@ -333,27 +343,40 @@ class _Builder:
         targets = self.matching_workloads(selector, namespaces, field_path)
         running = self.matching_pods(selector, namespaces, field_path)
         values = {v for p in running if (v := self.labels.get(p.node, {}).get(key)) is not None}
-        plan_key = self.key_for(key)
+        found = _Found(key, self.key_for(key), targets, values)
         if kind == "podAntiAffinity":
-            if values:
-                bad = self.domain_nodes(key, values)
-                self.restrict(
-                    w,
-                    "podAntiAffinity",
-                    path,
-                    set(self.names) - bad,
-                    f"anti-affinity ({key}) with running pods",
-                    weight=weight,
-                )
-            for other in targets:
-                if weight:
-                    if other.key == w.key:
-                        self.out.plan.add_intent(Separated((w.key,), field_path, weight, plan_key))
-                    continue
-                pair = (min(w.key, other.key), max(w.key, other.key))
-                self.anti.setdefault(plan_key, {}).setdefault(pair, []).append(field_path)
-            return
-        # podAffinity
+            self.anti_term(w, path, found, weight)
+        else:
+            self.affinity_term(w, path, found, weight)
+
+    def anti_term(self, w: Workload, path: str, found: _Found, weight: float) -> None:
+        """A pod anti-affinity term: running pods' domains are left out; the pairs of
+        workloads it keeps apart are stated once all workloads are read (`finish`)."""
+        key, plan_key, targets, values = found
+        field_path = w.field(path)
+        if values:
+            bad = self.domain_nodes(key, values)
+            self.restrict(
+                w,
+                "podAntiAffinity",
+                path,
+                set(self.names) - bad,
+                f"anti-affinity ({key}) with running pods",
+                weight=weight,
+            )
+        for other in targets:
+            if weight:
+                if other.key == w.key:
+                    self.out.plan.add_intent(Separated((w.key,), field_path, weight, plan_key))
+                continue
+            pair = (min(w.key, other.key), max(w.key, other.key))
+            self.anti.setdefault(plan_key, {}).setdefault(pair, []).append(field_path)
+
+    def affinity_term(self, w: Workload, path: str, found: _Found, weight: float) -> None:
+        """A pod affinity term, stated exactly where the pods it needs are known to be in
+        one domain (or are running), else as 'on a node with the key' with a warning."""
+        key, plan_key, targets, values = found
+        field_path = w.field(path)
         others = [t for t in targets if t.key != w.key]
         own = len(others) < len(targets)
         if weight:
@@ -371,6 +394,11 @@ class _Builder:
             )
         elif not values and not targets:
             self.restrict(w, "podAffinity", path, set(), "affinity to pods that match nothing")
+        elif not values and not own and len(others) == 1 and self.one_domain(others[0], key):
+            # its pods go where the other workload's pods are, all in one domain
+            self.restrict(w, "podAffinityLabel", path, labelled, f"nodes labelled {key}")
+            pair = (w.key, others[0].key)
+            self.later.append(Colocated(pair, field_path, 0.0, plan_key))  # once both exist
         elif not values and own and not others:
             self.restrict(w, "podAffinityLabel", path, labelled, f"nodes labelled {key}")
             self.out.plan.add_intent(Colocated((w.key,), field_path, 0.0, plan_key))
@@ -381,6 +409,25 @@ class _Builder:
                 f"{', '.join(t.title for t in others) or 'running pods'} is checked only as "
                 f"'on a node with label {key}' (which domains those pods take is not modelled)."
             )
+
+    def one_domain(self, w: Workload, key: str) -> bool:
+        """True if every placement puts all of `w`'s pods in one domain of `key`: a single
+        pod, or a required affinity on `key` to its own pods only, none of them running."""
+        if w.replicas == 1:
+            return True
+        section = (w.pod_spec.get("affinity") or {}).get("podAffinity") or {}
+        for term in section.get(REQUIRED) or []:
+            if not isinstance(term, Mapping) or term.get("topologyKey") != key:
+                continue
+            where = w.field("affinity.podAffinity")
+            namespaces = self.namespaces_of(term, w.namespace, where)
+            selector = term.get("labelSelector")
+            targets = self.matching_workloads(selector, namespaces, where)
+            if [t.key for t in targets] == [w.key] and not self.matching_pods(
+                selector, namespaces, where
+            ):
+                return True
+        return False
 
     def spread_domains(
         self, w: Workload, constraint: Mapping[str, Any], spec: Mapping[str, Any], keys: set[str]
@@ -536,6 +583,8 @@ class _Builder:
 
     # -- across workloads --------------------------------------------------------------
     def finish(self) -> None:
+        for intent in self.later:
+            self.out.plan.add_intent(intent)
         for key, pairs in self.anti.items():
             bare = [n for n in self.names if key is not None and key not in self.labels[n]]
             if bare:

@@ -281,6 +281,29 @@ def test_pod_affinity_to_own_pods_keeps_them_in_one_zone() -> None:
     assert {n[0] for n in got} == {"b"}
 
 
+def test_pod_affinity_to_a_workload_in_one_zone() -> None:
+    """web needs a cache pod in its zone; the single cache pod lands in one zone, so every
+    web pod goes to that zone (exact); with several cache pods spread out it is checked
+    only as 'on a labelled node' (warning)."""
+    to_cache = {
+        "podAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "cache"}}, "topologyKey": ZONE}
+            ]
+        }
+    }
+    cluster = zones(3, cpu="2")
+    web = deployment("web", 2, cpu="1", affinity=to_cache)
+    r = check([web, deployment("cache", 1, cpu="1")], cluster)
+    assert r.status is Verdict.INFEASIBLE  # 3 pods, 2 cpu per zone
+    assert not r.warnings
+    web["spec"]["replicas"] = 1
+    ok = check([web, deployment("cache", 1, cpu="1")], cluster)
+    assert nodes_of(ok, "Deployment/default/web") == nodes_of(ok, "Deployment/default/cache")
+    spread_out = check([web, deployment("cache", 3, cpu="1")], cluster)
+    assert spread_out.feasible and any("is checked only as" in w for w in spread_out.warnings)
+
+
 def test_pod_affinity_matching_nothing_never_schedules() -> None:
     aff = {
         "podAffinity": {
