@@ -13,8 +13,10 @@ included) as `escher verify -f` does, three ways in the same run:
                 (expected INFEASIBLE, with the explanation shrunk)
   baseline      the same pods with every constraint removed (requests only)
 
-and prints seconds (wall and CPU), the verdicts, and the ratios to the baseline.
-The issue's bar: the constrained set decided in under 5 s on this machine.
+and prints seconds (wall and CPU of the whole check; wall of the verdict, of meeting more
+preferences, at most 2 s, and of shrinking the explanation), the verdicts, and the ratios to
+the baseline. The issue's bar: the constrained set decided in under 5 s on this machine.
+Wall times grow with the machine's load; the CPU times and the ratios are steadier.
 
     python bench/k8s_preflight.py [--seed N] [--nodes N] [--pods N] [--workloads N]
 """
@@ -193,16 +195,24 @@ def plain(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _run(label: str, nodes: list[dict[str, Any]], objects: list[dict[str, Any]]) -> float:
+def _run(
+    label: str, nodes: list[dict[str, Any]], objects: list[dict[str, Any]]
+) -> tuple[float, float]:
     t0, c0 = time.perf_counter(), time.process_time()
     result = check_manifests(
         workloads_from_objects(objects), cluster_from_objects(nodes), timeout=60
     )
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    seconds = result.stats.get("seconds", {})
+    verdict = seconds.get("verdict", 0.0)
     pods = sum(len(v) for v in (result.witness or {}).values())
     extra = f"{pods} pods placed" if result.witness else result.cause
-    print(f"{label:<12} {result.status.value:<10} {wall:7.2f} s wall {cpu:7.2f} s cpu  {extra}")
-    return wall
+    print(
+        f"{label:<12} {result.status.value:<10} {wall:6.2f} s wall {cpu:6.2f} s cpu "
+        f"(verdict {verdict:5.2f} s, preferences {seconds.get('preferences', 0.0):4.2f} s, "
+        f"explanation {seconds.get('explain', 0.0):4.2f} s)  {extra}"
+    )
+    return wall, verdict
 
 
 def main() -> None:
@@ -222,11 +232,14 @@ def main() -> None:
     greedy["metadata"]["name"] = "too-many-gpus"
     greedy["spec"]["parallelism"] = greedy["spec"]["completions"] = gpus + 1
     print(f"{args.nodes} nodes, {args.workloads} workloads, {args.pods} pods (seed {args.seed})")
-    base = _run("baseline", nodes, plain(objects))
-    full = _run("constrained", nodes, objects)
-    bad = _run("infeasible", nodes, [*objects, greedy])
+    base, _ = _run("baseline", nodes, plain(objects))
+    full, verdict = _run("constrained", nodes, objects)
+    bad, _ = _run("infeasible", nodes, [*objects, greedy])
     print(f"constrained / baseline: {full / base:.2f}x   infeasible / baseline: {bad / base:.2f}x")
-    print(f"bar: constrained decided in under 5 s: {'met' if full < 5 else 'NOT met'}")
+    print(
+        f"bar: constrained decided in under 5 s: {'met' if verdict < 5 else 'NOT met'} "
+        f"(verdict {verdict:.2f} s; whole check {full:.2f} s wall)"
+    )
 
 
 if __name__ == "__main__":
