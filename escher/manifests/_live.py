@@ -73,7 +73,8 @@ def list_cluster_objects(
     page_size: int = PAGE_SIZE,
     request_timeout: float = REQUEST_TIMEOUT,
 ) -> list[dict[str, Any]]:
-    """The nodes and the unfinished pods of every namespace, each with its ``kind`` set.
+    """The nodes, the namespaces (when the user may list them) and the unfinished pods of
+    every namespace, each with its ``kind`` set, as ``kubectl get -o json`` lists them.
 
     Args:
         kubeconfig: Path of a kubeconfig (default: ``$KUBECONFIG``, then ``~/.kube/config``).
@@ -168,7 +169,8 @@ def _list_all(
     **selectors: Any,
 ) -> list[dict[str, Any]]:
     """Every object a list call returns, page after page; a listing whose continue token
-    expires (410 Gone) starts again, as kubectl does not (it fails)."""
+    expires (410 Gone: the cluster changed for longer than the token lives) starts again
+    (kubectl fails instead)."""
     for _ in range(RESTARTS + 1):
         items: list[dict[str, Any]] = []
         token: str | None = None
