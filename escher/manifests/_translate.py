@@ -208,6 +208,36 @@ class _Builder:
         self.existing_anti_affinity(w)
         self.pod_affinity(w, affinity, where)
         self.spread(w, spec, where)
+        self.unchecked(w, spec)
+
+    def unchecked(self, w: Workload, spec: Mapping[str, Any]) -> None:
+        """Warn about fields kube-scheduler uses that escher does not check (the field
+        table of docs/kubernetes-preflight.md says why)."""
+        fields = []
+        containers = [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
+        if any(
+            isinstance(port, Mapping) and port.get("hostPort")
+            for c in containers
+            if isinstance(c, Mapping)
+            for port in c.get("ports") or []
+        ):
+            fields.append("containers[*].ports[*].hostPort")
+        if any(
+            isinstance(v, Mapping) and ("persistentVolumeClaim" in v or "ephemeral" in v)
+            for v in spec.get("volumes") or []
+        ):
+            fields.append("volumes (persistent volume claims)")
+        if w.kind == "StatefulSet" and (w.raw.get("spec") or {}).get("volumeClaimTemplates"):
+            fields.append("spec.volumeClaimTemplates")
+        if spec.get("schedulerName") not in (None, "", "default-scheduler"):
+            fields.append(f"schedulerName {spec.get('schedulerName')}")
+        if spec.get("priorityClassName") or spec.get("priority"):
+            fields.append("priority (preemption)")
+        if fields:
+            self.warn(
+                f"{w.title}: not checked: {', '.join(fields)} (see the field table of "
+                "docs/kubernetes-preflight.md)."
+            )
 
     def cordon(self, w: Workload, tolerations: list[Any]) -> None:
         if tolerates(tolerations, UNSCHEDULABLE_TAINT):

@@ -468,3 +468,18 @@ def test_witness_keys_are_kind_namespace_name() -> None:
     r = check([d, pod("solo")], zones(2))
     assert r.witness is not None
     assert set(r.witness) == {"StatefulSet/shop/web", "Pod/default/solo"}
+
+
+def test_fields_not_checked_are_named_in_warnings() -> None:
+    d = deployment("db", 1, schedulerName="other", priorityClassName="high")
+    d["spec"]["template"]["spec"]["containers"][0]["ports"] = [
+        {"containerPort": 80, "hostPort": 80}
+    ]
+    d["spec"]["template"]["spec"]["volumes"] = [
+        {"name": "v", "persistentVolumeClaim": {"claimName": "c"}}
+    ]
+    r = check([d], zones(1))
+    assert r.feasible
+    (warning,) = r.warnings
+    for words in ("hostPort", "persistent volume claims", "schedulerName other", "priority"):
+        assert words in warning
