@@ -3,16 +3,17 @@
 The semantics are kube-scheduler's filters (docs/kubernetes-preflight.md has the field
 table): requests; node filters (cordon, nodeName, taints, nodeSelector, required node
 affinity, running pods' (anti-)affinity) as `NodeFilter` intents; pod anti-affinity as
-`Separated`; pod affinity to its own pods as `Colocated`; topology spread as `SpreadEvenly`
-(or `SpreadAtMost` when fewer domains than ``minDomains`` exist) over the domains kube-scheduler
-counts; preferred terms and ``ScheduleAnyway`` as preferences. What cannot be stated exactly
-is left out with a warning (never made stricter than kube-scheduler).
+`Separated`; pod affinity to pods known to be in one domain as `Colocated`; topology spread
+as `SpreadEvenly` (or `SpreadAtMost` while the global minimum stays 0) over the domains
+kube-scheduler counts, with tasks standing for the running pods it counts; preferred terms
+and ``ScheduleAnyway`` as preferences. What cannot be stated exactly is left out with a
+warning (never made stricter than kube-scheduler).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -685,8 +686,3 @@ def translate(workloads: Workloads, cluster: KubeCluster) -> Translation:
     out = builder.out
     out.warnings[:0] = list(workloads.warnings)
     return out
-
-
-def workload_keys(intents: Sequence[Intent]) -> list[str]:
-    """The task names the intents mention, once each."""
-    return list(dict.fromkeys(t for i in intents for t in i.tasks))
