@@ -108,6 +108,8 @@ class Spreads(Context):
                 self.restrict(w, "topologyLabel", path, labelled, f"nodes labelled {key}")
             others = [o for o in counted if o.key != w.key]
             if others:
+                if not hard:
+                    continue  # a preference: never decides feasibility, not reported
                 self.warn(
                     f"{field_path}: not checked: the spread also counts the pods of "
                     f"{', '.join(o.title for o in others)}; escher checks spreads that count "
@@ -165,6 +167,8 @@ class Spreads(Context):
             return
         counts = [running.get(v, 0) for v in values] or [0]
         if max(counts) - min(counts) > skew:
+            if rule.weight:
+                return  # a preference: never decides feasibility, not reported
             self.warn(
                 f"{rule.field}: not checked: the running pods it counts are already spread "
                 f"unevenly ({min(counts)} to {max(counts)} per domain, maxSkew {skew}); "
