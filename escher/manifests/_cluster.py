@@ -14,7 +14,7 @@ from escher.core.quantity import parse_quantity
 from escher.core.resources import Resources
 from escher.manifests._files import read_documents
 from escher.manifests._requests import pod_requests, to_escher
-from escher.manifests._workloads import ManifestError, flatten
+from escher.manifests._workloads import ManifestError, as_labels, as_list, as_map, flatten
 
 #: Pod phases whose pods no longer hold their node's resources.
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
@@ -94,40 +94,49 @@ class KubeCluster:
 
 
 def _node(obj: Mapping[str, Any], where: str) -> KubeNode:
-    meta = obj.get("metadata") or {}
-    name = meta.get("name") if isinstance(meta, Mapping) else None
+    meta = as_map(obj.get("metadata"), f"{where}: metadata")
+    name = meta.get("name")
     if not isinstance(name, str) or not name:
         raise ManifestError(f"{where}: Node without metadata.name.")
-    spec = obj.get("spec") or {}
-    status = obj.get("status") or {}
-    alloc_raw = status.get("allocatable") or status.get("capacity") or {}
+    where = f"{where}: Node {name}"
+    spec = as_map(obj.get("spec"), f"{where}: spec")
+    status = as_map(obj.get("status"), f"{where}: status")
+    alloc_raw = as_map(
+        status.get("allocatable") or status.get("capacity"), f"{where}: status.allocatable"
+    )
     allocatable: dict[str, float] = {}
     for k, v in alloc_raw.items():
         try:
             allocatable[str(k)] = parse_quantity(v)
         except InvalidCapacityError as exc:
-            raise ManifestError(f"{where}: Node {name}: status.allocatable.{k}: {exc}") from None
-    taints = tuple(t for t in spec.get("taints") or () if isinstance(t, Mapping))
-    labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
-    return KubeNode(name, labels, taints, bool(spec.get("unschedulable")), allocatable)
+            raise ManifestError(f"{where}: status.allocatable.{k}: {exc}") from None
+    taints = []
+    for i, t in enumerate(as_list(spec.get("taints"), f"{where}: spec.taints")):
+        taint = as_map(t, f"{where}: spec.taints[{i}]")
+        if not isinstance(taint.get("key"), str) or not isinstance(taint.get("effect"), str):
+            raise ManifestError(f"{where}: spec.taints[{i}]: a taint has a key and an effect.")
+        taints.append(taint)
+    labels = as_labels(meta.get("labels"), f"{where}: metadata.labels")
+    return KubeNode(name, labels, tuple(taints), spec.get("unschedulable") is True, allocatable)
 
 
 def _pod(obj: Mapping[str, Any], where: str) -> RunningPod | None:
-    meta = obj.get("metadata") or {}
-    spec = obj.get("spec") or {}
-    status = obj.get("status") or {}
+    meta = as_map(obj.get("metadata"), f"{where}: metadata")
+    spec = as_map(obj.get("spec"), f"{where}: spec")
+    status = as_map(obj.get("status"), f"{where}: status")
     node = spec.get("nodeName")
-    if not node or status.get("phase") in FINISHED_PHASES:
+    if not node or not isinstance(node, str) or str(status.get("phase")) in FINISHED_PHASES:
         return None
     namespace = str(meta.get("namespace") or "default")
     name = str(meta.get("name"))
+    where = f"{where}: Pod {namespace}/{name}"
     return RunningPod(
         namespace=namespace,
         name=name,
-        node=str(node),
-        labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
-        requests=pod_requests(spec, f"{where}: Pod {namespace}/{name}: spec"),
-        affinity=spec.get("affinity") or {},
+        node=node,
+        labels=as_labels(meta.get("labels"), f"{where}: metadata.labels"),
+        requests=pod_requests(spec, f"{where}: spec"),
+        affinity=as_map(spec.get("affinity"), f"{where}: spec.affinity"),
     )
 
 
@@ -151,13 +160,11 @@ def cluster_from_objects(objects: Iterable[Mapping[str, Any]]) -> KubeCluster:
             pod = _pod(obj, where)
             if pod is not None:
                 pods.append(pod)
-            elif not (obj.get("spec") or {}).get("nodeName"):
+            elif not as_map(obj.get("spec"), f"{where}: spec").get("nodeName"):
                 pending += 1
         elif kind == "Namespace":
-            meta = obj.get("metadata") or {}
-            namespaces[str(meta.get("name"))] = {
-                str(k): str(v) for k, v in (meta.get("labels") or {}).items()
-            }
+            meta = as_map(obj.get("metadata"), f"{where}: metadata")
+            namespaces[str(meta.get("name"))] = as_labels(meta.get("labels"), f"{where}: labels")
     if not nodes:
         raise ManifestError(
             "the cluster listing has no Node objects; write it with "

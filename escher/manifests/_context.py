@@ -11,7 +11,7 @@ from escher.core.plan import Intent, Plan
 from escher.manifests._cluster import KubeCluster, RunningPod
 from escher.manifests._filters import NodeFilter, node_filter
 from escher.manifests._match import selector_matches, taint_text, tolerates
-from escher.manifests._workloads import ManifestError, Workload, Workloads
+from escher.manifests._workloads import Workload, Workloads, as_list, as_map
 
 HOSTNAME = "kubernetes.io/hostname"
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
@@ -36,22 +36,6 @@ class Translation:
     filters: dict[str, list[NodeFilter]] = field(default_factory=dict)
     requests: dict[str, dict[str, float]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
-
-
-def as_list(value: Any, where: str) -> list[Any]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise ManifestError(f"{where}: expected a list.")
-    return value
-
-
-def as_map(value: Any, where: str) -> Mapping[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise ManifestError(f"{where}: expected a mapping.")
-    return value
 
 
 class Context:
@@ -98,6 +82,7 @@ class Context:
 
     def namespaces_of(self, term: Mapping[str, Any], own: str, where: str) -> set[str] | None:
         """The namespaces a pod affinity term looks in (None: every namespace)."""
+        term = as_map(term, where)
         listed = {str(n) for n in as_list(term.get("namespaces"), f"{where}.namespaces")}
         selector = term.get("namespaceSelector")
         if selector is not None:

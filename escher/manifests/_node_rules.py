@@ -10,12 +10,10 @@ from escher.manifests._context import (
     PREFERRED,
     REQUIRED,
     Context,
-    as_list,
-    as_map,
 )
 from escher.manifests._filters import node_filter
 from escher.manifests._match import node_affinity_matches, selector_matches, tolerates
-from escher.manifests._workloads import Workload
+from escher.manifests._workloads import Workload, as_list, as_map
 
 UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
 
@@ -86,8 +84,9 @@ class NodeRules(Context):
         """Running pods whose required anti-affinity selects this workload's pods."""
         for pod in self.cluster.pods:
             anti = as_map(pod.affinity.get("podAntiAffinity"), "podAntiAffinity")
-            for j, term in enumerate(as_list(anti.get(REQUIRED), REQUIRED)):
+            for j, raw in enumerate(as_list(anti.get(REQUIRED), REQUIRED)):
                 where = f"Pod {pod.namespace}/{pod.name}"
+                term = as_map(raw, f"{where}: spec.affinity.podAntiAffinity.{REQUIRED}[{j}]")
                 namespaces = self.namespaces_of(term, pod.namespace, where)
                 if namespaces is not None and w.namespace not in namespaces:
                     continue

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from escher.core.plan import Colocated, Separated
-from escher.manifests._context import PREFERRED, REQUIRED, Context, as_list, as_map
-from escher.manifests._workloads import ManifestError, Workload
+from escher.manifests._context import PREFERRED, REQUIRED, Context
+from escher.manifests._workloads import ManifestError, Workload, as_list, as_map
 
 
 class _Found(NamedTuple):

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from escher.core.plan import PinnedTo, SpreadAtMost, SpreadEvenly
-from escher.manifests._context import HARD_EFFECTS, HOSTNAME, Context, as_list, as_map
+from escher.manifests._context import HARD_EFFECTS, HOSTNAME, Context
 from escher.manifests._match import tolerates
-from escher.manifests._workloads import ManifestError, Workload
+from escher.manifests._workloads import ManifestError, Workload, as_list, as_map
 
 
 @dataclass(frozen=True)
@@ -90,9 +90,12 @@ class Spreads(Context):
                 raise ManifestError(f"{w.origin}: {field_path}.maxSkew: give a whole number >= 1.")
             hard = (c.get("whenUnsatisfiable") or "DoNotSchedule") == "DoNotSchedule"
             selector = dict(as_map(c.get("labelSelector"), f"{field_path}.labelSelector"))
+            label_keys = [
+                str(k) for k in as_list(c.get("matchLabelKeys"), f"{field_path}.matchLabelKeys")
+            ]
             extra = [
                 {"key": k, "operator": "In", "values": [w.labels[k]]}
-                for k in as_list(c.get("matchLabelKeys"), f"{field_path}.matchLabelKeys")
+                for k in label_keys
                 if k in w.labels
             ]
             if extra:

@@ -17,13 +17,20 @@ from typing import Any
 
 from escher.core.plan import Gang
 from escher.manifests._cluster import KubeCluster
-from escher.manifests._context import Translation, as_list, as_map
+from escher.manifests._context import Translation
 from escher.manifests._filters import node_filter
 from escher.manifests._node_rules import NodeRules
 from escher.manifests._pod_terms import PodTerms
 from escher.manifests._requests import pod_requests, to_escher
 from escher.manifests._spread import Spreads
-from escher.manifests._workloads import ManifestError, Workload, Workloads, pod_group_name
+from escher.manifests._workloads import (
+    ManifestError,
+    Workload,
+    Workloads,
+    as_list,
+    as_map,
+    pod_group_name,
+)
 
 __all__ = ["Translation", "translate"]
 

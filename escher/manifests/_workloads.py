@@ -112,7 +112,7 @@ def _int(value: Any, default: int, where: str) -> int:
     return value
 
 
-def _mapping(value: Any, where: str) -> Mapping[str, Any]:
+def as_map(value: Any, where: str) -> Mapping[str, Any]:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
@@ -120,8 +120,21 @@ def _mapping(value: Any, where: str) -> Mapping[str, Any]:
     return value
 
 
+def as_list(value: Any, where: str) -> list[Any]:
+    """`value` if it is a list (None: empty).
+
+    Raises:
+        ManifestError: another type, naming `where`.
+    """
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ManifestError(f"{where}: expected a list, got {type(value).__name__}.")
+    return value
+
+
 def _replicas(obj: Mapping[str, Any], kind: str, where: str) -> int:
-    spec = _mapping(obj.get("spec"), f"{where}: spec")
+    spec = as_map(obj.get("spec"), f"{where}: spec")
     if kind == "Pod":
         return 1
     if kind == "Job":
@@ -133,9 +146,17 @@ def _replicas(obj: Mapping[str, Any], kind: str, where: str) -> int:
     return _int(spec.get("replicas"), 1, f"{where}: spec.replicas")
 
 
-def _labels(value: Any, where: str) -> dict[str, str]:
-    labels = _mapping(value, where)
-    return {str(k): str(v) for k, v in labels.items()}
+def as_labels(value: Any, where: str) -> dict[str, str]:
+    """Labels (or a node selector): a mapping of keys to scalar values, as strings.
+
+    Raises:
+        ManifestError: not a mapping, or a value that is a list or a mapping.
+    """
+    labels = as_map(value, where)
+    for k, v in labels.items():
+        if isinstance(v, Mapping | list):
+            raise ManifestError(f"{where}.{k}: a label value is a string, got {type(v).__name__}.")
+    return {str(k): "" if v is None else str(v) for k, v in labels.items()}
 
 
 def workload_of(obj: Mapping[str, Any], origin: str) -> Workload:
@@ -145,7 +166,7 @@ def workload_of(obj: Mapping[str, Any], origin: str) -> Workload:
         ManifestError: a field of the wrong type, naming `origin` and the field.
     """
     kind = str(obj.get("kind"))
-    meta = _mapping(obj.get("metadata"), f"{origin}: metadata")
+    meta = as_map(obj.get("metadata"), f"{origin}: metadata")
     name = meta.get("name")
     if not isinstance(name, str) or not name:
         raise ManifestError(f"{origin}: {kind} without metadata.name; give every object a name.")
@@ -153,15 +174,15 @@ def workload_of(obj: Mapping[str, Any], origin: str) -> Workload:
     where = f"{origin}: {kind} {namespace}/{name}"
     path = POD_SPEC_PATH[kind]
     if kind == "Pod":
-        spec = _mapping(obj.get("spec"), f"{where}: spec")
-        labels = _labels(meta.get("labels"), f"{where}: metadata.labels")
+        spec = as_map(obj.get("spec"), f"{where}: spec")
+        labels = as_labels(meta.get("labels"), f"{where}: metadata.labels")
     else:
-        template = _mapping(
-            _mapping(obj.get("spec"), f"{where}: spec").get("template"), f"{where}: spec.template"
+        template = as_map(
+            as_map(obj.get("spec"), f"{where}: spec").get("template"), f"{where}: spec.template"
         )
-        spec = _mapping(template.get("spec"), f"{where}: spec.template.spec")
-        tmeta = _mapping(template.get("metadata"), f"{where}: spec.template.metadata")
-        labels = _labels(tmeta.get("labels"), f"{where}: spec.template.metadata.labels")
+        spec = as_map(template.get("spec"), f"{where}: spec.template.spec")
+        tmeta = as_map(template.get("metadata"), f"{where}: spec.template.metadata")
+        labels = as_labels(tmeta.get("labels"), f"{where}: spec.template.metadata.labels")
     return Workload(
         kind=kind,
         namespace=namespace,
@@ -181,12 +202,12 @@ def pod_group_of(obj: Mapping[str, Any], origin: str) -> PodGroup:
     Raises:
         ManifestError: no name, or a bad ``spec.minMember``.
     """
-    meta = _mapping(obj.get("metadata"), f"{origin}: metadata")
+    meta = as_map(obj.get("metadata"), f"{origin}: metadata")
     name = meta.get("name")
     if not isinstance(name, str) or not name:
         raise ManifestError(f"{origin}: PodGroup without metadata.name.")
     namespace = str(meta.get("namespace") or "default")
-    spec = _mapping(obj.get("spec"), f"{origin}: spec")
+    spec = as_map(obj.get("spec"), f"{origin}: spec")
     minimum = _int(spec.get("minMember"), 1, f"{origin}: PodGroup {namespace}/{name}: minMember")
     return PodGroup(namespace, name, minimum, origin)
 
@@ -239,6 +260,8 @@ def workloads_from_objects(
     seen: dict[str, str] = {}
     for obj, where in flatten(objects, source):
         kind = obj.get("kind")
+        if not isinstance(kind, str) or not kind:
+            raise ManifestError(f"{where}: every object needs a kind (a string), got {kind!r}.")
         if kind in POD_SPEC_PATH:
             w = workload_of(obj, where)
             if w.key in seen:
@@ -252,8 +275,8 @@ def workloads_from_objects(
             g = pod_group_of(obj, where)
             groups[f"{g.namespace}/{g.name}"] = g
         elif kind == "Namespace":
-            meta = _mapping(obj.get("metadata"), f"{where}: metadata")
-            namespaces[str(meta.get("name"))] = _labels(meta.get("labels"), f"{where}: labels")
+            meta = as_map(obj.get("metadata"), f"{where}: metadata")
+            namespaces[str(meta.get("name"))] = as_labels(meta.get("labels"), f"{where}: labels")
         else:
             raw_meta = obj.get("metadata")
             meta = raw_meta if isinstance(raw_meta, Mapping) else {}
