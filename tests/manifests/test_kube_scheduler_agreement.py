@@ -64,6 +64,9 @@ SETTLE = 2.5
 PIN_SETTLE = 10.0
 #: Bound on one wait for kube-scheduler.
 WAIT_LIMIT = 40.0
+#: Time for kube-scheduler's informers to see the set's nodes (cordons, taints) and running
+#: pods before any new pod arrives (on a loaded machine they lag).
+CACHE_LAG = 0.3
 #: Seconds escher may take per set.
 ESCHER_TIMEOUT = 20.0
 POLL = 0.15
@@ -255,6 +258,7 @@ def _run_set(api: Any, kubeconfig: str, case: ManifestSet, scratch: Path) -> Out
     _create_nodes(api, case)
     try:
         _create_pods(api, case.running)
+        time.sleep(CACHE_LAG)
         _escher(case, kubeconfig, outcome)
         pods = case.pods()
         names = {p["metadata"]["name"] for p in pods}
