@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -152,9 +153,14 @@ def test_finished_pods_are_not_read(k8s_cluster: Any, zoned: dict[str, Any]) -> 
     assert done not in names and set(zoned["pods"][1:]) <= names
 
 
-def _escher(*args: str) -> subprocess.CompletedProcess[str]:
+def _escher(*args: str, kubeconfig: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "KUBECONFIG": kubeconfig} if kubeconfig else None
     return subprocess.run(
-        [sys.executable, "-m", "escher.cli", *args], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "escher.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
     )
 
 
@@ -189,6 +195,10 @@ def test_escher_verify_reads_the_cluster_with_kubeconfig(
     too_many = _escher("verify", "-f", _gpu_deployment(tmp_path, 3), "--kubeconfig", kubeconfig)
     assert too_many.returncode == 1, too_many.stdout + too_many.stderr
     assert "GPU" in too_many.stdout
+    # --kubeconfig without a path: $KUBECONFIG, as kubectl reads it
+    default = _escher("verify", "-f", _gpu_deployment(tmp_path, 2), "--kubeconfig",
+                      kubeconfig=kubeconfig)  # fmt: skip
+    assert default.returncode == 0, default.stdout + default.stderr
 
 
 def test_escher_verify_with_a_bad_kubeconfig_says_so_without_a_traceback(tmp_path: Path) -> None:
