@@ -139,13 +139,27 @@ class PodTerms(Context):
     def anti_pairs(self) -> None:
         """The anti-affinity between workloads, once all are read: a pair whose workloads
         each keep their own pods apart is `Separated`; other pairs are left out (warning)."""
-        for key, pairs in self.anti.items():
-            bare = [n for n in self.names if key is not None and key not in self.labels[n]]
-            if bare:
+        for label, pairs in self.anti.items():
+            key = label
+            bare = [n for n in self.names if label is not None and label not in self.labels[n]]
+            if label is not None and bare:
+                # kube-scheduler lets a node without the label take any number of pods; the
+                # nearest escher statement: each such node is a domain of its own
+                key = f"{label} (a node without it is a domain of its own)"
+                self.out.plan.add_topology(
+                    key,
+                    {
+                        n: (self.labels[n][label] or "(empty)")
+                        if label in self.labels[n]
+                        else f"{n} (no {label})"
+                        for n in self.names
+                    },
+                )
                 self.warn(
-                    f"{len(bare)} node(s) without label {key} ({', '.join(bare[:3])}) are kept "
-                    f"free of pods under anti-affinity on {key}; kube-scheduler would allow "
-                    "them (a FEASIBLE verdict holds; an INFEASIBLE one may not)."
+                    f"{len(bare)} node(s) without label {label} ({', '.join(bare[:3])}) take at "
+                    f"most one pod each of the workloads kept apart on {label}; kube-scheduler "
+                    "lets them take more (a FEASIBLE verdict holds; an INFEASIBLE one may be "
+                    "too strict)."
                 )
             selfish = {a for (a, b) in pairs if a == b}
             for (a, b), sources in sorted(pairs.items()):

@@ -215,6 +215,15 @@ def test_hostname_anti_affinity() -> None:
     assert len(set(nodes_of(ok, "Deployment/default/web"))) == 2
 
 
+def test_anti_affinity_and_a_node_without_the_key() -> None:
+    """kube-scheduler lets a node without the topology key take pods under anti-affinity on
+    that key; escher lets it take one (with a warning that an INFEASIBLE may be too strict)."""
+    cluster = [node("a0", "a"), node("b0", "b"), node("bare", None)]
+    r = check([deployment("web", 3, affinity=anti("web"))], cluster)
+    assert sorted(nodes_of(r, "Deployment/default/web")) == ["a0", "b0", "bare"]
+    assert any("may be too strict" in w for w in r.warnings)
+
+
 def test_anti_affinity_between_two_workloads_that_avoid_themselves() -> None:
     a = deployment("a", 1, labels={"tier": "x"}, affinity=anti_tier())
     b = deployment("b", 1, labels={"tier": "x"}, affinity=anti_tier())
