@@ -36,7 +36,7 @@ RESTARTS = 2
 
 
 def read_cluster(
-    kubeconfig: str | None = None,
+    kubeconfig: str | os.PathLike[str] | None = None,
     context: str | None = None,
     *,
     page_size: int = PAGE_SIZE,
@@ -67,7 +67,7 @@ def read_cluster(
 
 
 def list_cluster_objects(
-    kubeconfig: str | None = None,
+    kubeconfig: str | os.PathLike[str] | None = None,
     context: str | None = None,
     *,
     page_size: int = PAGE_SIZE,
@@ -115,13 +115,13 @@ def _namespaces(
         return []
 
 
-def _connect(kubeconfig: str | None, context: str | None) -> tuple[Any, Any]:
+def _connect(kubeconfig: str | os.PathLike[str] | None, context: str | None) -> tuple[Any, Any]:
     """The client module and an `ApiClient` for the kubeconfig's context."""
     try:
         from kubernetes import client, config
     except ImportError:
         raise BackendUnavailableError(INSTALL_HINT + ".") from None
-    path = kubeconfig or os.environ.get("KUBECONFIG") or None
+    path = os.fspath(kubeconfig) if kubeconfig else os.environ.get("KUBECONFIG") or None
     where = path or "~/.kube/config"
     configuration = client.Configuration()
     loader: Any = config  # the client's functions are untyped

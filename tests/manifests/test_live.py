@@ -138,7 +138,7 @@ def test_read_cluster_reads_nodes_and_the_pods_on_them(
 @pytest.mark.k8s
 def test_small_pages_read_the_same_cluster(k8s_cluster: Any, zoned: dict[str, Any]) -> None:
     kubeconfig = str(k8s_cluster.cp.kubeconfig_path)
-    paged = read_cluster(kubeconfig, page_size=2)
+    paged = read_cluster(k8s_cluster.cp.kubeconfig_path, page_size=2)  # a Path works too
     assert len(paged.nodes) > 2 and len(paged.pods) > 2
     assert paged == read_cluster(kubeconfig)
 
