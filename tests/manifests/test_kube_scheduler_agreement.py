@@ -73,7 +73,7 @@ POLL = 0.15
 #: Warnings of fields escher checks only approximately: its FEASIBLE is then no proof ...
 LOOSER = ("not checked", "is checked only as")
 #: ... or its INFEASIBLE may be too strict.
-STRICTER = ("an INFEASIBLE one may not",)
+STRICTER = ("an INFEASIBLE one may",)  # "... may not [hold]", "... may be too strict"
 
 # Z3's default context is not thread-safe: one escher check at a time.
 _ESCHER = threading.Lock()
