@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 from rich.console import Console
@@ -55,6 +55,9 @@ OWN_EXIT_CODES = {code: text for code, text in EXIT_CODES.items() if code != EXI
 
 #: With --repairs and intent proofs to follow: the repair search's share of the time left.
 REPAIR_SHARE = 0.7
+
+#: --kubeconfig given without a path: the client's default (KUBECONFIG or ~/.kube/config).
+_DEFAULT_KUBECONFIG = "\0default"
 
 #: Share of --timeout (at most 1 s) kept for printing the results and exiting.
 OUTPUT_SHARE = 0.03
@@ -286,9 +289,7 @@ def _repairs(
     )
 
 
-def _check_options(
-    plan_file: str | None,
-    app: str | None,
+def _check_common(
     cluster: str | None,
     backend: str | None,
     timeout: float,
@@ -296,8 +297,6 @@ def _check_options(
     adjustable: tuple[str, ...],
 ) -> None:
     """Refuse options that do not go together, before any work (exit 3)."""
-    if (plan_file is None) == (app is None):
-        fail("give a PLAN_FILE or --app APP (one of them).", EXIT_BAD_INPUT)
     if adjustable and not repairs:
         fail("--adjustable only applies with --repairs.", EXIT_BAD_INPUT)
     if cluster is not None and backend is not None:
@@ -315,6 +314,8 @@ def _check_options(
         "escher verify plan.json --backend ray --timeout 10 --no-intents",
         "escher verify --app app.py:main --cluster cluster.json",
         "escher verify plan.json --cluster cluster.json --repairs --adjustable trainer",
+        "escher verify -f app/ --cluster nodes-and-pods.json   # Kubernetes manifests",
+        "escher verify -f app.yaml --kubeconfig --emit-placement pinned/",
     ],
     exit_codes=OWN_EXIT_CODES,
 )
@@ -328,11 +329,41 @@ def _check_options(
     "its plan, instead of a plan file.",
 )
 @click.option(
+    "-f",
+    "--filename",
+    "filenames",
+    type=click.Path(),
+    multiple=True,
+    help="Kubernetes manifests to check instead of a plan: a YAML/JSON file or a folder "
+    "(repeatable), as for kubectl apply -f.",
+)
+@click.option(
     "--cluster",
     "cluster",
     type=click.Path(dir_okay=False),
     default=None,
-    help="A cluster file (JSON, see docs/file-formats.md).",
+    help="A cluster file (JSON, see docs/file-formats.md); with -f, what "
+    "`kubectl get nodes,pods -A -o json` (or -o yaml) writes.",
+)
+@click.option(
+    "--kubeconfig",
+    "kubeconfig",
+    is_flag=False,
+    flag_value=_DEFAULT_KUBECONFIG,
+    default=None,
+    metavar="[PATH]",
+    help="With -f: read nodes and pods from this cluster (read only; no PATH: the default "
+    "kubeconfig).",
+)
+@click.option("--context", "context", default=None, metavar="NAME", help="With --kubeconfig.")
+@click.option(
+    "--emit-placement",
+    "emit_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    metavar="DIR",
+    help="With -f and a feasible verdict: write the manifests pinned to the proven "
+    "placement (node affinity) into DIR, with the order to apply them.",
 )
 @click.option(
     "--backend",
@@ -364,7 +395,11 @@ def _check_options(
 def verify(
     plan_file: str | None,
     app: str | None,
+    filenames: tuple[str, ...],
     cluster: str | None,
+    kubeconfig: str | None,
+    context: str | None,
+    emit_dir: str | None,
     backend: str | None,
     fmt: str,
     timeout: float,
@@ -379,21 +414,21 @@ def verify(
     reported proven, violated (with a counterexample) or timed out. With --repairs, an
     infeasible plan also gets the cheapest changes of each kind that make it fit (fewer
     replicas, a relaxed or dropped intent, more nodes, a grown node, a smaller request of a
-    task given with --adjustable), each proven by a checked placement. --timeout bounds the
-    whole run.
+    task given with --adjustable), each proven by a checked placement. With -f, checks
+    Kubernetes manifests against a cluster's nodes and pods (docs/kubernetes-preflight.md).
+    --timeout bounds the whole run.
     """
     start = _started()
-    _check_options(plan_file, app, cluster, backend, timeout, repairs, adjustable)
+    _check_common(cluster, backend, timeout, repairs, adjustable)
+    if filenames or (plan_file is None and app is None):
+        _check_manifest_options(plan_file, app, filenames, cluster, kubeconfig, backend)
+        deadline = start + timeout - min(OUTPUT_SHARE * timeout, 1.0)
+        _verify_manifests(filenames, cluster, kubeconfig, context, emit_dir, fmt, deadline)
+    if kubeconfig is not None or context is not None or emit_dir is not None:
+        fail("--kubeconfig, --context and --emit-placement go with -f MANIFESTS.", EXIT_BAD_INPUT)
     with contextlib.ExitStack() as frozen:
-        notes: tuple[str, ...] = ()
         with paused_gc():
-            if app is not None:
-                state, origin = _state(cluster, backend)
-                plan, notes = _planned(app, state)
-            else:
-                assert plan_file is not None
-                plan = load_grouped(plan_file)
-                state, origin = _state(cluster, backend)
+            plan, state, origin, notes = _load(plan_file, app, cluster, backend)
             frozen.enter_context(_frozen_heap())
         # The search below may make cycles: the collector runs, on new objects.
         deadline = start + timeout - min(OUTPUT_SHARE * timeout, 1.0)
@@ -425,4 +460,105 @@ def verify(
             data["cluster"] = where
             data["warnings"] = [*notes, *data["warnings"]]
             click.echo(json_text(data))
+    sys.exit(result.exit_code)
+
+
+def _load(
+    plan_file: str | None, app: str | None, cluster: str | None, backend: str | None
+) -> tuple[Grouping, ClusterState, str, tuple[str, ...]]:
+    """The plan (read from its file, or planned from the app), the cluster state, where the
+    state came from, and the planning run's warnings."""
+    if plan_file is not None and app is not None:
+        fail("give a PLAN_FILE or --app APP, not both.", EXIT_BAD_INPUT)
+    if app is not None:
+        state, origin = _state(cluster, backend)
+        plan, notes = _planned(app, state)
+        return plan, state, origin, notes
+    assert plan_file is not None
+    plan = load_grouped(plan_file)
+    state, origin = _state(cluster, backend)
+    return plan, state, origin, ()
+
+
+def _check_manifest_options(
+    plan_file: str | None,
+    app: str | None,
+    filenames: tuple[str, ...],
+    cluster: str | None,
+    kubeconfig: str | None,
+    backend: str | None,
+) -> None:
+    """Exit with a clear message unless the options name manifests and one cluster."""
+    if not filenames:
+        fail("give a PLAN_FILE, --app APP, or Kubernetes manifests with -f PATH.", EXIT_BAD_INPUT)
+    if plan_file is not None or app is not None:
+        fail("give a PLAN_FILE, --app APP or -f manifests: one of them.", EXIT_BAD_INPUT)
+    if backend is not None:
+        fail("-f checks against --cluster FILE or --kubeconfig, not --backend.", EXIT_BAD_INPUT)
+    if (cluster is None) == (kubeconfig is None):
+        fail(
+            "with -f, give the cluster: --cluster FILE (`kubectl get nodes,pods -A -o json "
+            "> FILE`) or --kubeconfig [PATH] to read it live; one of them.",
+            EXIT_BAD_INPUT,
+        )
+
+
+def _verify_manifests(
+    filenames: tuple[str, ...],
+    cluster: str | None,
+    kubeconfig: str | None,
+    context: str | None,
+    emit_dir: str | None,
+    fmt: str,
+    deadline: float,
+) -> NoReturn:
+    """`escher verify -f`: the manifests against the cluster's nodes and pods."""
+    from escher.manifests import (  # the layer above verify: loaded only for -f
+        check_manifests,
+        emit_placement,
+        load_cluster,
+        load_manifests,
+        read_cluster,
+    )
+
+    workloads = load_manifests(filenames)
+    if cluster is not None:
+        kube = load_cluster(cluster)
+        origin = f"cluster listing {cluster}"
+    else:
+        path = None if kubeconfig == _DEFAULT_KUBECONFIG else kubeconfig
+        kube = read_cluster(path, context)
+        origin = f"live cluster ({path or 'default kubeconfig'}{', ' + context if context else ''})"
+    left = deadline - time.monotonic()
+    if left <= 0:
+        fail("--timeout passed while reading the manifests and the cluster.", 2)
+    result = check_manifests(workloads, kube, timeout=left)
+    written = []
+    if emit_dir is not None and result.witness is not None:
+        written = emit_placement(workloads, result.witness, emit_dir)
+    pods = len(kube.pods)
+    where = f"checked against {origin}: {len(kube.nodes)} nodes, {pods} running pods"
+    if fmt == "json":
+        data: dict[str, Any] = result.to_dict()
+        data["cluster"] = where
+        data["emitted"] = [str(p) for p in written]
+        click.echo(json_text(data))
+    else:
+        printer = _Printer()
+        printer.verdict(result, where)
+        printer.rest(result)
+        for line in result.breakdown:
+            printer.console.print(line, markup=False, highlight=False)
+        for item in result.skipped:
+            printer.console.print(f"[yellow]warning:[/] not checked (kind not supported): {item}")
+        if emit_dir is not None:
+            if written:
+                printer.console.print(
+                    f"placement written: {len(written)} pinned manifest(s) in {emit_dir} "
+                    "(apply in the order of apply-order.txt)",
+                    markup=False,
+                    highlight=False,
+                )
+            else:
+                printer.console.print("no placement written: the verdict is not feasible.")
     sys.exit(result.exit_code)

@@ -11,6 +11,7 @@ import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
+from escher.verify import _domainfill
 from escher.verify._problem import Item, Problem, Timeout
 from escher.verify._witness import Placement
 
@@ -154,15 +155,25 @@ def _size(p: Problem, it: Item) -> float:
 
 
 def _class_order(p: Problem, constrained_first: bool = True) -> list[list[int]]:
-    """Classes of identical items: creators first, then (optionally) constrained ones, then
-    largest first."""
+    """Classes of identical items: creators first, then (optionally) constrained ones, those
+    allowed on the fewest nodes first (in tenths of the cluster), then largest first."""
     created = p.created
+    nodes = max(1, len(p.node_ids))
 
     def key(idxs: list[int]) -> tuple[float, ...]:
         it = p.items[idxs[0]]
         requests_created = any(it.need(r) for r in created)
         constrained = constrained_first and (it.allowed is not None or bool(it.tags))
-        return (0 if it.creates else 1, int(requests_created), int(not constrained), -_size(p, it))
+        share = 1.0
+        if constrained_first and it.allowed is not None:
+            share = round(len(it.allowed) / nodes, 1)
+        return (
+            0 if it.creates else 1,
+            int(requests_created),
+            int(not constrained),
+            share,
+            -_size(p, it),
+        )
 
     return sorted(classes(p).values(), key=key)
 
@@ -204,6 +215,9 @@ def _place_class(
     want = sum(p.items[i].mult for i in idxs)
     if targets is None:
         order = _order_nodes(p, it, "align" if strategy == "spread" else strategy)
+        rule = _domainfill.class_rule(p, idxs)
+        if rule is not None:  # deal the copies to the domains first
+            return _domainfill.fill(p, it, order, want, rule, packer.fit, packer.place, deadline)
         if strategy == "spread":
             return _spread(p, packer, it, order, want, deadline)
         return _first_fit(packer, it, [(order, want)], deadline)

@@ -6,17 +6,15 @@ import re
 from dataclasses import dataclass
 
 from escher.core.errors import ConfigError, InvalidCapacityError, InvalidResourceNameError
-
-DEFAULT_DOMAIN = "escher.io"
+from escher.core.kube_names import DEFAULT_DOMAIN as DEFAULT_DOMAIN
+from escher.core.kube_names import FROM_K8S as _FROM_K8S
+from escher.core.kube_names import NODE_DEFINED as _NODE_DEFINED
+from escher.core.kube_names import TO_K8S as _TO_K8S
 
 #: Label every escher pod carries (the standard "managed-by" label).
 MANAGED_BY_KEY = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE = "escher"
 
-# escher's physical names <-> Kubernetes resource names.
-_TO_K8S = {"CPU": "cpu", "GPU": "nvidia.com/gpu", "memory": "memory"}
-_FROM_K8S = {v: k for k, v in _TO_K8S.items()}
-_NODE_DEFINED = frozenset({"cpu", "memory", "pods", "ephemeral-storage", "nvidia.com/gpu"})
 
 _SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _RESERVED_DOMAINS = ("kubernetes.io", "k8s.io")

@@ -1,0 +1,197 @@
+"""`check_manifests`: will these workloads fit on this cluster, and if not, why not."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from escher.core.plan import Separated, SpreadAtMost
+from escher.core.resources import EPSILON
+from escher.manifests._cluster import KubeCluster
+from escher.manifests._filters import FILTER_ORDER, Exclusion, NodeFilter
+from escher.manifests._translate import Translation, translate
+from escher.manifests._workloads import Workloads
+from escher.verify import DEFAULT_TIMEOUT, VerificationResult, verify
+
+
+@dataclass(frozen=True)
+class ManifestCheck(VerificationResult):
+    """A `VerificationResult` for manifests: the witness is keyed ``Kind/namespace/name``.
+
+    Attributes:
+        breakdown: For INFEASIBLE: kube-scheduler's per-node reasons for one pod of the
+            workload that cannot be placed (``0/40 nodes are available: ...``).
+        exclusions: Statement id -> the machine-readable cause of each node filter in the
+            explanation (``cordon``, ``taint``, ``nodeSelector``, ..., with the nodes it
+            excludes), for repairs.
+        skipped: Objects of kinds escher does not check.
+    """
+
+    breakdown: tuple[str, ...] = ()
+    exclusions: Mapping[str, Exclusion] = field(default_factory=dict)
+    skipped: tuple[str, ...] = ()
+
+    def render(self) -> str:
+        """A readable multi-line report."""
+        lines = [super().render()]
+        lines.extend(self.breakdown)
+        lines.extend(f"warning: not checked (kind not supported): {s}" for s in self.skipped)
+        return "\n".join(lines)
+
+    __str__ = render
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data (``escher verify -f ... --format json``)."""
+        data = super().to_dict()
+        data["breakdown"] = list(self.breakdown)
+        data["exclusions"] = {k: v.to_dict() for k, v in self.exclusions.items()}
+        data["skipped"] = list(self.skipped)
+        return data
+
+
+def _fails(t: Translation, cluster: KubeCluster, task: str, node: str, free: Any) -> list[str]:
+    """kube-scheduler's reasons why one pod of `task` does not fit `node` now (empty: fits)."""
+    by_cause: dict[str, list[str]] = {}
+    for f in t.filters.get(task, []):
+        if f.exclusion is not None and node in f.exclusion.excluded:
+            by_cause.setdefault(f.exclusion.cause, []).append(f.exclusion.reason())
+    short = [
+        f"Insufficient {k}" if k != "pods" else "Too many pods"
+        for k, v in t.requests.get(task, {}).items()
+        if v > free.get(k, 0.0) + EPSILON
+    ]
+    full = "pods" in cluster.nodes[node].allocatable and free.get("pods", 0.0) < 1 - EPSILON
+    if full and "Too many pods" not in short:
+        short.insert(0, "Too many pods")
+    if short:
+        by_cause["resources"] = short
+    for cause in FILTER_ORDER:
+        if cause in by_cause:
+            return by_cause[cause]
+    return []
+
+
+def breakdown(t: Translation, cluster: KubeCluster, task: str) -> tuple[int, str]:
+    """(nodes that take one pod of `task` alone, kubectl's line for the others)."""
+    used = cluster.used()
+    counts: dict[str, int] = {}
+    fit = 0
+    for node in sorted(cluster.nodes):
+        alloc = cluster.nodes[node].allocatable
+        free = {k: v - used[node].get(k, 0.0) for k, v in alloc.items()}
+        reasons = _fails(t, cluster, task, node, free)
+        if not reasons:
+            fit += 1
+        for r in reasons:
+            counts[r] = counts.get(r, 0) + 1
+    parts = ", ".join(f"{n} {r}" for r, n in sorted(counts.items(), key=lambda x: (-x[1], x[0])))
+    total = len(cluster.nodes)
+    w = t.workloads[task]
+    line = f"{w.title}: {fit}/{total} nodes are available for one of its pods"
+    line += f": {parts}." if parts else "."
+    return fit, line
+
+
+def _stuck(t: Translation, result: VerificationResult) -> list[str]:
+    """The workloads of the conflict, the least placeable first."""
+    if result.explanation is None:
+        return []
+    names = [s.id[5:] for s in result.explanation.statements if s.id.startswith("task:")]
+    for s in result.explanation.statements:
+        if s.id.startswith("intent:"):
+            intent = t.plan.intents[int(s.id[7:])]
+            names.extend(intent.tasks)
+    return [n for n in dict.fromkeys(names) if n in t.workloads]
+
+
+def _domains_left(t: Translation, cluster: KubeCluster, task: str, key: str | None) -> int:
+    """How many domains of `key` (None: nodes) hold a node the task's hard filters allow."""
+    allowed = set(cluster.nodes)
+    for f in t.filters.get(task, []):
+        allowed &= set(f.nodes)
+    if key is None:
+        return len(allowed)
+    topo = t.plan.topologies.get(key)
+    if topo is not None:
+        return len({topo[n] for n in allowed if n in topo})
+    return len({v for n in allowed if (v := cluster.nodes[n].labels.get(key)) is not None})
+
+
+def _cause(t: Translation, cluster: KubeCluster, result: VerificationResult) -> str:
+    """The cause in the user's terms: for one workload against its own per-domain limit,
+    the pods, the limit and the usable domains; else the verifier's cause with the fields of
+    the conflict."""
+    if result.explanation is None:
+        return result.cause
+    intents = [
+        t.plan.intents[int(s.id[7:])]
+        for s in result.explanation.statements
+        if s.id.startswith("intent:")
+    ]
+    limits = [i for i in intents if isinstance(i, Separated | SpreadAtMost) and len(i.tasks) == 1]
+    if len(limits) == 1 and len(intents) - 1 == sum(isinstance(i, NodeFilter) for i in intents):
+        lim = limits[0]
+        task = lim.tasks[0]
+        w = t.workloads[task]
+        per = 1 if isinstance(lim, Separated) else lim.per_node
+        key = lim.topology_key
+        where = "node" if key is None else f"{key.split(' (')[0]} domain"
+        left = _domains_left(t, cluster, task, key)
+        return (
+            f"{w.title}: {w.replicas} pods, at most {per} per {where} ({lim.source}), "
+            f"and only {left} {where}(s) can take its pods"
+        )
+    fields = list(dict.fromkeys(i.source for i in intents if i.source))
+    if not fields:
+        return result.cause
+    shown = "; ".join(fields[:3]) + (f" (+{len(fields) - 3} more)" if len(fields) > 3 else "")
+    return f"{result.cause}: {shown}"
+
+
+def check_manifests(
+    workloads: Workloads, cluster: KubeCluster, *, timeout: float = DEFAULT_TIMEOUT
+) -> ManifestCheck:
+    """Prove that kube-scheduler's filters admit every pod of `workloads` on `cluster` at
+    once, or name the smallest set of fields that conflict.
+
+    Args:
+        workloads: From `load_manifests` or `workloads_from_objects`.
+        cluster: From `load_cluster`, `cluster_from_objects` or a live read.
+        timeout: Seconds for the whole check.
+
+    Returns:
+        A `ManifestCheck`: FEASIBLE with a witness (``Kind/namespace/name`` -> one node per
+        pod), INFEASIBLE with the cause, the conflicting fields and kube-scheduler's per-node
+        reasons for the workload that cannot be placed, or UNKNOWN.
+
+    Raises:
+        ManifestError: a field escher cannot read, naming the object and the field path.
+        ValidationError: a bad timeout.
+    """
+    t = translate(workloads, cluster)
+    result = verify(t.plan, cluster.to_state(), timeout=timeout, check_intents=False)
+    lines: list[str] = []
+    exclusions: dict[str, Exclusion] = {}
+    if result.explanation is not None:
+        for s in result.explanation.statements:
+            if s.id.startswith("intent:"):
+                intent = t.plan.intents[int(s.id[7:])]
+                if isinstance(intent, NodeFilter) and intent.exclusion is not None:
+                    exclusions[s.id] = intent.exclusion
+        scored = [breakdown(t, cluster, task) for task in _stuck(t, result)]
+        if scored:
+            lines.append(min(scored)[1])
+    base = {f.name: getattr(result, f.name) for f in dataclasses.fields(VerificationResult)}
+    if result.witness is not None:  # without the tasks standing for running pods
+        base["witness"] = {k: v for k, v in result.witness.items() if k in t.workloads}
+    base["warnings"] = (*t.warnings, *result.warnings)
+    if result.explanation is not None:
+        base["cause"] = _cause(t, cluster, result)
+    return ManifestCheck(
+        **base,
+        breakdown=tuple(lines),
+        exclusions=exclusions,
+        skipped=workloads.skipped,
+    )
