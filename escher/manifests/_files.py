@@ -62,7 +62,9 @@ def manifest_files(paths: Sequence[str | Path]) -> list[Path]:
         elif p.is_file():
             files.append(p)
         else:
-            raise ManifestError(f"{p}: no such file or folder; give manifest files or folders.")
+            raise ManifestError(
+                f"-f {str(p)!r}: no such file or folder; give manifest files or folders."
+            )
     return files
 
 

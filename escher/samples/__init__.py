@@ -2,7 +2,9 @@
 
 ``plan.json`` is the plan of `escher demo` (four pairs of co-located tasks, spread two tasks
 to a node), ``cluster.json`` the demo's cluster (four nodes of 4 CPUs and 16Gi of memory) and
-``workload.json`` a small what-if workload and ``app.py`` the demo as an app (`escher plan`).
+``workload.json`` a small what-if workload, ``app.py`` the demo as an app (`escher plan`),
+``manifests.yaml`` a Kubernetes Deployment and ``nodes-and-pods.json`` a cluster as
+``kubectl get nodes,pods -A -o json`` writes it (`escher verify -f`).
 Memory is in bytes, written with Kubernetes suffixes (``"2Gi"``). `escher demo` prints the
 commands that use them.
 """
@@ -13,7 +15,14 @@ from importlib import resources
 from pathlib import Path
 
 #: The sample files, by name.
-SAMPLES = ("plan.json", "cluster.json", "workload.json", "app.py")
+SAMPLES = (
+    "plan.json",
+    "cluster.json",
+    "workload.json",
+    "app.py",
+    "manifests.yaml",
+    "nodes-and-pods.json",
+)
 
 
 def sample_path(name: str) -> Path:

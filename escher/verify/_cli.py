@@ -313,9 +313,9 @@ def _check_common(
         "escher verify plan.json --cluster cluster.json --format json",
         "escher verify plan.json --backend ray --timeout 10 --no-intents",
         "escher verify --app app.py:main --cluster cluster.json",
-        "escher verify plan.json --cluster cluster.json --repairs --adjustable trainer",
-        "escher verify -f app/ --cluster nodes-and-pods.json   # Kubernetes manifests",
-        "escher verify -f app.yaml --kubeconfig --emit-placement pinned/",
+        "escher verify plan.json --cluster cluster.json --repairs --adjustable '*'",
+        "escher verify -f manifests.yaml --cluster nodes-and-pods.json   # Kubernetes manifests",
+        "escher verify -f manifests.yaml --kubeconfig --emit-placement pinned/",
     ],
     exit_codes=OWN_EXIT_CODES,
 )
@@ -491,8 +491,11 @@ def _check_manifest_options(
     """Exit with a clear message unless the options name manifests and one cluster."""
     if not filenames:
         fail("give a PLAN_FILE, --app APP, or Kubernetes manifests with -f PATH.", EXIT_BAD_INPUT)
+    for name in filenames:
+        if not Path(name).exists():
+            fail(f"-f {name!r}: no such file or folder; give manifest files or folders.")
     if plan_file is not None or app is not None:
-        fail("give a PLAN_FILE, --app APP or -f manifests: one of them.", EXIT_BAD_INPUT)
+        fail("give a PLAN_FILE, --app APP or -f manifests, not both.", EXIT_BAD_INPUT)
     if backend is not None:
         fail("-f checks against --cluster FILE or --kubeconfig, not --backend.", EXIT_BAD_INPUT)
     if (cluster is None) == (kubeconfig is None):

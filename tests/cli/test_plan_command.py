@@ -131,7 +131,8 @@ def test_verify_takes_a_plan_file_or_an_app_not_both() -> None:
     both = run("verify", "x.json", "--app", "app.py:main", "--cluster", "cluster.json")
     neither = run("verify", "--cluster", "cluster.json")
     assert both.exit_code == neither.exit_code == 3
-    assert "give a PLAN_FILE or --app APP" in neither.stderr
+    assert "give a PLAN_FILE, --app APP, or Kubernetes manifests" in neither.stderr
+    assert "give a PLAN_FILE or --app APP, not both" in both.stderr
 
 
 def test_plan_for_a_live_backend_snapshot() -> None:

@@ -107,7 +107,7 @@ def test_exclusions_in_json(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        ([], "give a PLAN_FILE, or Kubernetes manifests with -f PATH"),
+        ([], "give a PLAN_FILE, --app APP, or Kubernetes manifests with -f PATH"),
         (["-f", "app"], "with -f, give the cluster"),
         (["plan.json", "-f", "app", "--cluster", "cluster.json"], "not both"),
         (["-f", "app", "--cluster", "cluster.json", "--backend", "memory"], "not both"),
