@@ -252,6 +252,144 @@ def multi(n_nodes: int, seed: int, grouped: bool) -> tuple[Plan, Any, bool]:
     return _jobs(tasks, rng, grouped, shapes), {"nodes": nodes}, True
 
 
+GPU_KINDS: dict[str, dict[str, float]] = {
+    "g4": {"CPU": 32, "GPU": 4, "memory": 256},
+    "g8": {"CPU": 64, "GPU": 8, "memory": 512},
+    "g2": {"CPU": 16, "GPU": 2, "memory": 128},
+}
+GPU_FILLS = {  # node kind -> the GPU tasks one node of it holds (one chosen per node)
+    "g8": [(3, 3, 1), (6, 1), (3, 3), (6,)],
+    "g4": [(3,), (3, 1)],
+    "g2": [(1,), (2,), (1, 1)],
+}
+
+
+def gpus(n_nodes: int, seed: int, feasible: bool, grouped: bool = True) -> tuple[Plan, Any, bool]:
+    """Fragmentation with other GPU shapes: 2-, 4- and 8-GPU nodes (20% partly used) holding
+    tasks of 1, 2, 3 and 6 GPUs, with CPU-only tasks around them (~9 tasks a node). A node
+    with G GPUs holds a 3-GPU and 6-GPU tasks with a + 2b <= G // 3, and the packing uses
+    every such slot; "g" adds 3-GPU tasks within the GPUs left free (infeasible, though the
+    GPUs in total would do); "g-ok" is the packing itself (feasible)."""
+    rng = random.Random(seed)
+    nodes: list[dict[str, Any]] = []
+    tasks: list[dict[str, float]] = []
+    spare = 0.0
+    for i in range(n_nodes):
+        kind = rng.choice(sorted(GPU_KINDS))
+        total = dict(GPU_KINDS[kind])
+        avail = dict(total)
+        if rng.random() < 0.2:
+            avail["CPU"] -= 4
+            avail["memory"] -= 32
+        nodes.append({"id": f"{kind}-{i:05d}", "total": total, "available": avail})
+        free = dict(avail)
+        for g in rng.choice(GPU_FILLS[kind]):
+            tasks.append({"CPU": 2 * g, "GPU": g, "memory": 16 * g})
+            free["GPU"] -= g
+            free["CPU"] -= 2 * g
+            free["memory"] -= 16 * g
+        spare += free["GPU"]
+        while free["CPU"] >= 8 and free["memory"] >= 48:
+            cpu = rng.choice([2, 4, 6])
+            tasks.append({"CPU": cpu, "memory": 8 * cpu})
+            free["CPU"] -= cpu
+            free["memory"] -= 8 * cpu
+    if not feasible:
+        extra = max(1, min(int(spare) // 3, rng.randint(1, 4)))
+        tasks += [{"CPU": 6, "GPU": 3, "memory": 48}] * extra
+    names = {json.dumps(t, sort_keys=True): t for t in tasks}
+    shape_names = {k: f"s{i}" for i, k in enumerate(sorted(names))}
+    shapes = {shape_names[k]: v for k, v in names.items()}
+    plan = _jobs([shape_names[json.dumps(t, sort_keys=True)] for t in tasks], rng, grouped, shapes)
+    return plan, {"nodes": nodes}, feasible
+
+
+P5_RES = ["CPU", "memory", "GPU", "disk", "net"]
+P5_TYPES = {
+    "p-a": (64, 256, 8, 2000, 100),
+    "p-b": (32, 128, 4, 1000, 50),
+    "p-c": (96, 384, 0, 3000, 100),
+}
+
+
+def _p5_catalogue(rng: random.Random, n: int) -> list[tuple[int, ...]]:
+    out: set[tuple[int, ...]] = set()
+    while len(out) < n:
+        shape = (
+            rng.randint(1, 16),
+            rng.choice([2, 4, 8, 16, 32, 64]),
+            rng.choice([0, 0, 0, 1, 2]),
+            rng.choice([50, 100, 200, 400]),
+            rng.choice([1, 2, 5, 10, 20]),
+        )
+        out.add(shape)
+    return sorted(out)
+
+
+def tight(n_nodes: int, seed: int, grouped: bool = True) -> tuple[Plan, Any, bool]:
+    """Five resources packed to 98-100% with ~100 distinct shapes: each node (of three
+    kinds) is filled from a random catalogue while some shape fits; then its capacity is
+    what its own tasks use over a factor of 0.98-1.0 per resource (feasible by
+    construction; about as many node types as nodes)."""
+    rng = random.Random(seed)
+    cat = _p5_catalogue(rng, 100)
+    nodes: list[dict[str, Any]] = []
+    tasks: list[str] = []
+    for i in range(n_nodes):
+        kind = rng.choice(sorted(P5_TYPES))
+        free = list(P5_TYPES[kind])
+        used = [0] * 5
+        while True:
+            fit = [s for s in cat if all(q <= f for q, f in zip(s, free, strict=True))]
+            if not fit:
+                break
+            s = rng.choice(fit)
+            tasks.append("x" + "-".join(map(str, s)))
+            for r in range(5):
+                free[r] -= s[r]
+                used[r] += s[r]
+        cap = [int(u / rng.uniform(0.98, 1.0)) for u in used]
+        nodes.append(
+            {"id": f"{kind}-{i:05d}", "total": {P5_RES[r]: cap[r] for r in range(5) if cap[r]}}
+        )
+    shapes = {
+        s: {P5_RES[r]: int(q) for r, q in enumerate(s[1:].split("-")) if int(q)} for s in set(tasks)
+    }
+    return _jobs(tasks, rng, grouped, shapes), {"nodes": nodes}, True
+
+
+def colouring(
+    n_tasks: int, n_nodes: int, pairs: int, clique: int, seed: int
+) -> tuple[Plan, Any, bool]:
+    """Pairwise anti-affinity as graph colouring: `n_tasks` single tasks, `pairs` random
+    `Separated` pairs between tasks of different hidden colours (one per node), nodes with
+    room for all; `clique` > 0 adds that many new tasks separated pairwise and each from
+    some tasks (infeasible when larger than the nodes)."""
+    rng = random.Random(seed)
+    colour = [i % n_nodes for i in range(n_tasks)]
+    rng.shuffle(colour)
+    plan = Plan()
+    names = [f"t{i:04d}" for i in range(n_tasks)]
+    for name in names:
+        plan.add_task(name, {"CPU": 1, "memory": 2}, source=f"service {name}")
+    seen: set[tuple[int, int]] = set()
+    while len(seen) < pairs:
+        a, b = rng.randrange(n_tasks), rng.randrange(n_tasks)
+        if colour[a] != colour[b] and (min(a, b), max(a, b)) not in seen:
+            seen.add((min(a, b), max(a, b)))
+    for a, b in sorted(seen):
+        src = f"AntiAffinity({names[a]}, {names[b]})"
+        plan.add_intent(Separated((names[a], names[b]), source=src))
+    members = [f"k{j}" for j in range(clique)]
+    for name in members:
+        plan.add_task(name, {"CPU": 1, "memory": 2}, source=f"service {name}")
+    for x, y in itertools.combinations(members, 2):
+        plan.add_intent(Separated((x, y), source=f"AntiAffinity({x}, {y})"))
+    cap = {"CPU": 2 * (n_tasks + clique), "memory": 4 * (n_tasks + clique)}
+    nodes = [{"id": f"n{i:03d}", "total": cap} for i in range(n_nodes)]
+    return plan, {"nodes": nodes}, clique <= n_nodes
+
+
 def baseline(plan: Plan, state: ClusterState, timeout: float) -> tuple[str, float]:
     """The straightforward aggregated encoding. Returns (verdict, seconds)."""
     t0 = time.perf_counter()

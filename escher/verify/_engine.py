@@ -45,6 +45,9 @@ DIVE_SHARE = 0.3
 #: Share of the time left the arc-flow projections (a hunt for a conflict) may use.
 PROJECT_SHARE = 0.25
 
+#: Share of the time left that the 0/1 model of a separation graph may use.
+GRAPH_SHARE = 0.5
+
 #: Share of the time left that the exact search may use before the Z3 fallbacks run.
 SEARCH_SHARE = 0.8
 
@@ -124,6 +127,38 @@ def _greedy_stage(run: _Run) -> Decision | None:
         got = run.found(placement, f"greedy witness ({strategy})")
         if got is not None:
             return got
+    return None
+
+
+def _graph_stage(run: _Run) -> Decision | None:
+    """Pairwise separations as a graph: a DSatur colouring (the other items placed around
+    it by the greedy orders), then the exact 0/1 model for Z3's SAT engine."""
+    from escher.verify import _graph
+
+    if not _graph.applicable(run.p):
+        return None
+    g = _graph.conflict_graph(run.p)
+    if g is None:
+        return None
+    fixed = run.timed("graph", lambda: _graph.colour(run.p, g, run.deadline))
+    if fixed is not None:
+        for strategy in STRATEGIES:
+            placed = run.timed(
+                "graph",
+                partial(greedy, run.p, deadline=run.deadline, strategy=strategy, fixed=fixed),
+            )
+            got = run.found(placed, "graph colouring (DSatur) + greedy")
+            if got is not None:
+                return got
+    until = time.monotonic() + max(0.0, run.left()) * GRAPH_SHARE
+    status, data = run.timed("graph_sat", lambda: _graph.solve(run.p, g, until, run.memory_mb))
+    if status == "unsat":
+        return run.infeasible(
+            frozenset(data), "0/1 model (Z3 SAT engine)", _core_cause(run.p, data)
+        )
+    if status == "sat":
+        return run.found(data, "0/1 model (Z3 SAT engine)")
+    run.notes.append(f"0/1 model: {data}")
     return None
 
 
@@ -414,6 +449,7 @@ def decide(
             return run.infeasible(conflict.core, conflict.method, conflict.cause)
     stages = [
         _greedy_stage,
+        _graph_stage,
         _dive_stage,
         _arcflow_stage,
         _relaxed_stage,
@@ -422,7 +458,7 @@ def decide(
         _exact_stage,
     ]
     if sum(it.mult for it in p.items) <= SMALL:
-        stages = [_greedy_stage, _exact_stage, _relaxed_stage, _search_stage]
+        stages = [_greedy_stage, _graph_stage, _exact_stage, _relaxed_stage, _search_stage]
     if not fast:
         stages = [_relaxed_stage, _exact_stage]
     try:

@@ -1,0 +1,467 @@
+"""Pairwise separation as a graph: a clique bound, a DSatur colouring, and a SAT model.
+
+Many small `Separated` intents (and per-node limits of 1) make a conflict graph: a vertex per
+copy of an item under such a limit, an edge between two copies that may not share a node.
+Nodes are the colours.
+
+* `clique_conflict`: a clique larger than the nodes its copies may use is infeasible at
+  once; the cause names the clique's tasks and the core holds the separations of its edges.
+* `colour`: DSatur (the copy whose neighbours already use the most nodes first) that also
+  respects capacities and every per-node limit, then the greedy orders for the other items;
+  a witness for the independent checker.
+* `solve`: the exact 0/1 model (a Boolean per copy and node it may use; pseudo-Boolean
+  capacities and limits) for Z3's SAT engine, with the nodes of one clique fixed when all
+  nodes are interchangeable (symmetry breaking); UNSAT comes with the statements of its core.
+
+Only for problems without task-created resources or domain rules (the other engines take
+those).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from escher.verify._problem import Problem
+from escher.verify._witness import Placement
+
+#: Largest number of (copy, node) Booleans the SAT model is built with.
+SAT_LIMIT = 60_000
+
+#: Vertices the clique search starts from (the highest degrees).
+CLIQUE_STARTS = 200
+
+#: Copies in the graph at most (beyond that, the graph engines leave the problem alone).
+GRAPH_LIMIT = 20_000
+
+
+@dataclass
+class Graph:
+    """The conflict graph of a problem's per-node limits of one.
+
+    Attributes:
+        item: Item index of each vertex (one vertex per copy).
+        adj: Neighbours of each vertex.
+        why: (u, v) with u < v -> the statement of a limit that separates them (or None).
+    """
+
+    item: list[int]
+    adj: list[set[int]]
+    why: dict[tuple[int, int], str | None]
+
+    @property
+    def edges(self) -> int:
+        """How many edges there are."""
+        return len(self.why)
+
+
+def applicable(p: Problem) -> bool:
+    """The graph engines take this problem: no creations, no domain rules, limits of one."""
+    return (
+        not p.created
+        and not p.rules
+        and bool(p.types)
+        and any(lim == 1 for lim, _ in p.limits.values())
+    )
+
+
+def conflict_graph(p: Problem) -> Graph | None:
+    """The graph of copies under limits of one per node, or None when there is no edge or
+    it is larger than `GRAPH_LIMIT` copies."""
+    pair_limits = {lid for lid, (lim, _) in p.limits.items() if lim == 1}
+    if not pair_limits:
+        return None
+    item: list[int] = []
+    by_limit: dict[str, list[int]] = {}
+    for i, it in enumerate(p.items):
+        lids = [lid for lid in it.tags if lid in pair_limits and it.tags[lid] >= 1]
+        if not lids:
+            continue
+        if len(item) + it.mult > GRAPH_LIMIT:
+            return None
+        for _ in range(it.mult):
+            v = len(item)
+            item.append(i)
+            for lid in lids:
+                by_limit.setdefault(lid, []).append(v)
+    adj: list[set[int]] = [set() for _ in item]
+    why: dict[tuple[int, int], str | None] = {}
+    for lid, vs in by_limit.items():
+        sid = p.limits[lid][1]
+        for a, u in enumerate(vs):
+            for w in vs[a + 1 :]:
+                adj[u].add(w)
+                adj[w].add(u)
+                if why.get((u, w)) is None:
+                    why[(u, w)] = sid
+    if not why:
+        return None
+    return Graph(item, adj, why)
+
+
+def _nodes_of(p: Problem, i: int) -> set[int]:
+    allowed = p.items[i].allowed
+    return set(range(len(p.node_ids))) if allowed is None else set(allowed)
+
+
+def max_clique(g: Graph, deadline: float) -> list[int]:
+    """A large clique: greedily grown from the highest-degree vertices."""
+    order = sorted(range(len(g.item)), key=lambda v: -len(g.adj[v]))
+    best: list[int] = []
+    for v in order[:CLIQUE_STARTS]:
+        if len(g.adj[v]) + 1 <= len(best) or time.monotonic() > deadline:
+            break
+        clique = [v]
+        cand = set(g.adj[v])
+        while cand:
+            # the candidate with the most neighbours among the other candidates
+            w = max(cand, key=lambda u: (len(g.adj[u] & cand), -u))
+            clique.append(w)
+            cand &= g.adj[w]
+        if len(clique) > len(best):
+            best = clique
+    return best
+
+
+@dataclass(frozen=True)
+class CliqueConflict:
+    """Copies that must all be on different nodes, more than the nodes they may use."""
+
+    core: frozenset[str]
+    cause: str
+
+
+def clique_conflict(p: Problem, deadline: float) -> CliqueConflict | None:
+    """A clique of the conflict graph larger than the nodes its copies may use."""
+    if not applicable(p):
+        return None
+    g = conflict_graph(p)
+    if g is None:
+        return None
+    clique = max_clique(g, deadline)
+    nodes: set[int] = set()
+    for v in clique:
+        nodes |= _nodes_of(p, g.item[v])
+    if len(clique) <= len(nodes):
+        return None
+    core = clique_statements(p, g, clique)
+    names = _task_names(p, [g.item[v] for v in clique])
+    return CliqueConflict(
+        frozenset(core),
+        f"{len(clique)} tasks must each run on a different node ({names}: every two of "
+        f"them are separated), but they may use only {len(nodes)} nodes",
+    )
+
+
+def _task_names(p: Problem, items: list[int]) -> str:
+    names: list[str] = []
+    for i in dict.fromkeys(items):
+        for u, _ in p.items[i].members:
+            names += [t for t, _ in p.units.get(u, [(u, 0)])]
+    shown = ", ".join(repr(t) for t in names[:6])
+    return shown + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+
+
+def colour(p: Problem, g: Graph, deadline: float) -> Placement | None:
+    """DSatur over the graph's copies, capacity- and limit-aware; None when some copy finds
+    no node. The other items are left to the caller (`fixed` placement)."""
+    from escher.verify._greedy import _Packer
+
+    packer = _Packer(p)
+    n_nodes = len(p.node_ids)
+    placed: list[int] = [-1] * len(g.item)
+    seen: list[set[int]] = [set() for _ in g.item]  # nodes the neighbours use
+    left = set(range(len(g.item)))
+    load = [0] * n_nodes
+    while left:
+        if time.monotonic() > deadline:
+            return None
+        v = max(left, key=lambda u: (len(seen[u]), len(g.adj[u]), -u))
+        it = p.items[g.item[v]]
+        options = [
+            n
+            for n in (range(n_nodes) if it.allowed is None else sorted(it.allowed))
+            if n not in seen[v] and packer.fit(it, n, 1) >= 1
+        ]
+        if not options:
+            return None
+        # the node the fewest uncoloured neighbours could still use, then the least loaded
+        n = min(options, key=lambda m: (sum(1 for u in g.adj[v] if u in left), load[m], m))
+        packer.place(it, n, 1)
+        placed[v] = n
+        load[n] += 1
+        left.discard(v)
+        for u in g.adj[v]:
+            seen[u].add(n)
+    out: Placement = [[] for _ in p.items]
+    for v, n in enumerate(placed):
+        out[g.item[v]].append(n)
+    return out
+
+
+@dataclass
+class _Model:
+    """The 0/1 model, solver-neutral: Booleans are ints 1..n; every constraint carries the
+    statements it comes from (it holds only while they are all in force)."""
+
+    n: int = 0
+    x: list[list[dict[int, int]]] = field(default_factory=list)  # item -> copy -> node -> var
+    clauses: list[tuple[list[int], frozenset[str]]] = field(default_factory=list)
+    atmost: list[tuple[list[int], int, frozenset[str]]] = field(default_factory=list)
+    pb: list[tuple[list[tuple[int, int]], int, frozenset[str]]] = field(default_factory=list)
+    units: list[int] = field(default_factory=list)  # fixed true (symmetry breaking)
+
+    def var(self) -> int:
+        self.n += 1
+        return self.n
+
+
+def _build(
+    p: Problem, g: Graph, cands: list[tuple[list[int], frozenset[str]]]
+) -> tuple[_Model, list[int]]:
+    m = _Model()
+    for i, it in enumerate(p.items):
+        rows = []
+        why = frozenset(it.stmts | it.allowed_stmts | cands[i][1])
+        for _ in range(it.mult):
+            row = {n: m.var() for n in cands[i][0]}
+            m.clauses.append((list(row.values()), why))
+            if len(row) > 1:
+                m.atmost.append((list(row.values()), 1, frozenset()))
+            rows.append(row)
+        m.x.append(rows)
+    _rows(p, m)
+    fixed, clique = _symmetry(p, g, [c for c, _ in cands])
+    m.units = [m.x[i][k][n] for i, k, n in fixed]
+    return m, clique
+
+
+def solve(p: Problem, g: Graph, deadline: float, memory_mb: int | None = None) -> tuple[str, Any]:
+    """The exact 0/1 model: CaDiCaL (python-sat) when every constraint is a clause or a
+    cardinality, else Z3's SAT engine with pseudo-Boolean constraints.
+
+    Returns:
+        ("sat", placement) | ("unsat", statement ids of a core) | ("unknown", reason).
+    """
+    cands = [_candidates(p, i) for i in range(len(p.items))]
+    size = sum(it.mult * len(cands[i][0]) for i, it in enumerate(p.items))
+    if size > SAT_LIMIT:
+        return ("unknown", f"too large for the 0/1 model ({size} copy-node pairs)")
+    m, clique = _build(p, g, cands)
+    if time.monotonic() > deadline:
+        return ("unknown", "timeout while building the 0/1 model")
+    solved = _cadical(m, deadline) if not m.pb and _has_pysat() else _z3(m, deadline, memory_mb)
+    status, data = solved
+    if status == "unsat":
+        # the fixed nodes assume the clique's copies apart: its statements join the core
+        return ("unsat", set(data) | (clique_statements(p, g, clique) if m.units else set()))
+    if status != "sat":
+        return solved
+    true: set[int] = data
+    out: Placement = [[] for _ in p.items]
+    for i, rows in enumerate(m.x):
+        for row in rows:
+            on = [n for n, v in row.items() if v in true]
+            if not on:
+                return ("unknown", "the model left a copy unplaced")
+            out[i].append(on[0])
+    return ("sat", out)
+
+
+def _has_pysat() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("pysat") is not None
+
+
+def _selectors(m: _Model, first: int) -> dict[frozenset[str], int]:
+    """A selector variable per distinct non-empty set of statements (from `first` on)."""
+    sets = {why for _, why in m.clauses} | {why for *_, why in m.atmost} | {w for *_, w in m.pb}
+    ordered = sorted((why for why in sets if why), key=sorted)
+    return {why: first + k for k, why in enumerate(ordered)}
+
+
+def _cadical(m: _Model, deadline: float) -> tuple[str, Any]:
+    """Clauses and cardinalities (sequential counters) for CaDiCaL, with a selector per set
+    of statements as assumptions; stopped at `deadline` by a timer."""
+    import threading
+
+    from pysat.card import CardEnc, EncType
+    from pysat.solvers import Solver
+
+    top = m.n
+    cards = []
+    for lits, k, why in m.atmost:
+        enc = CardEnc.atmost(lits, bound=k, top_id=top, encoding=EncType.seqcounter)
+        top = max(top, enc.nv)
+        cards.append((enc.clauses, why))
+    sel = _selectors(m, top + 1)
+    with Solver(name="cadical195") as s:
+        for lits, why in m.clauses:
+            s.add_clause(lits + ([-sel[why]] if why else []))
+        for clauses, why in cards:
+            for c in clauses:
+                s.add_clause(c + ([-sel[why]] if why else []))
+        for u in m.units:
+            s.add_clause([u])
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return ("unknown", "timeout while building the 0/1 model")
+        timer = threading.Timer(left, s.interrupt)
+        timer.start()
+        try:
+            res = s.solve_limited(assumptions=list(sel.values()), expect_interrupt=True)
+        finally:
+            timer.cancel()
+        if res is None:
+            return ("unknown", "time limit reached in the SAT solver")
+        if res:
+            model = s.get_model() or []
+            return ("sat", {v for v in model if 0 < v <= m.n})
+        back = {v: why for why, v in sel.items()}
+        core: set[str] = set()
+        for v in s.get_core() or []:
+            core |= back.get(v, frozenset())
+        return ("unsat", core)
+
+
+def _z3(m: _Model, deadline: float, memory_mb: int | None) -> tuple[str, Any]:
+    """The model for Z3's SAT engine (pseudo-Boolean constraints natively)."""
+    import z3
+
+    ctx = z3.Context()
+    s = z3.SolverFor("QF_FD", ctx=ctx)
+    if memory_mb:
+        s.set("max_memory", int(memory_mb))
+    b = [z3.BoolVal(True, ctx)] + [z3.Bool(f"x{v}", ctx) for v in range(1, m.n + 1)]
+    sel = {why: z3.Bool(f"s{k}", ctx) for why, k in _selectors(m, 0).items()}
+
+    def lit(v: int) -> Any:
+        return b[v] if v > 0 else z3.Not(b[-v])
+
+    def add(fact: Any, why: frozenset[str]) -> None:
+        s.add(z3.Implies(sel[why], fact) if why else fact)
+
+    for lits, why in m.clauses:
+        add(z3.Or(*(lit(v) for v in lits)), why)
+    for lits, k, why in m.atmost:
+        add(z3.AtMost(*(lit(v) for v in lits), k), why)
+    for terms, k, why in m.pb:
+        add(z3.PbLe([(lit(v), q) for v, q in terms], k), why)
+    for u in m.units:
+        s.add(lit(u))
+    left = deadline - time.monotonic()
+    if left <= 0:
+        return ("unknown", "timeout while building the 0/1 model")
+    s.set("timeout", max(1, int(left * 1000)))
+    res = s.check(*sel.values())
+    if res == z3.unsat:
+        back = {v.get_id(): why for why, v in sel.items()}
+        core: set[str] = set()
+        for c in s.unsat_core():
+            core |= back.get(c.get_id(), frozenset())
+        return ("unsat", core)
+    if res != z3.sat:
+        return ("unknown", str(s.reason_unknown()) or "the SAT engine gave up")
+    model = s.model()
+    return ("sat", {v for v in range(1, m.n + 1) if z3.is_true(model.eval(b[v], True))})
+
+
+def _candidates(p: Problem, i: int) -> tuple[list[int], frozenset[str]]:
+    """Nodes item `i` may use and fits alone on, and the statements that leave the others
+    out (capacities too small, limits below one copy's count)."""
+    it = p.items[i]
+    out = []
+    why: set[str] = set()
+    for n in sorted(_nodes_of(p, i)):
+        caps = p.cap[n]
+        short = [r for r in it.nonzero if caps[r] is not None and it.need(r) > (caps[r] or 0)]
+        over = [sid for lid, (lim, sid) in p.limits.items() if it.tags.get(lid, 0) > lim]
+        if not short and not over:
+            out.append(n)
+            continue
+        why |= {p.cap_stmt(n, r) for r in short}
+        why |= {sid for sid in over if sid}
+    return out, frozenset(why)
+
+
+def _rows(p: Problem, m: _Model) -> None:
+    """Capacities per (node, group, resource) and limits per (node, limit)."""
+    for n in range(len(p.node_ids)):
+        nt = p.types[p.node_type[n]]
+        for grp, gsid in p.groups.items():
+            for r in range(len(p.resources)):
+                cap = p.cap[n][r]
+                if cap is None:
+                    continue
+                terms = [
+                    (row[n], it.loads[grp][r])
+                    for it, rows in zip(p.items, m.x, strict=True)
+                    if grp in it.loads and it.loads[grp][r]
+                    for row in rows
+                    if n in row
+                ]
+                _row(m, terms, cap, frozenset(s for s in (nt.capsrc[r], gsid) if s))
+        for lid, (lim, sid) in p.limits.items():
+            terms = [
+                (row[n], it.tags[lid])
+                for it, rows in zip(p.items, m.x, strict=True)
+                if lid in it.tags
+                for row in rows
+                if n in row
+            ]
+            _row(m, terms, lim, frozenset({sid} if sid else ()))
+
+
+def _row(m: _Model, terms: list[tuple[int, int]], bound: int, why: frozenset[str]) -> None:
+    """`sum(q x) <= bound`: a clause for a separated pair, a cardinality for equal weights,
+    else pseudo-Boolean."""
+    if not terms or sum(q for _, q in terms) <= bound:
+        return
+    sizes = {q for _, q in terms}
+    if len(sizes) > 1:
+        m.pb.append((terms, bound, why))
+        return
+    k = bound // sizes.pop()
+    lits = [v for v, _ in terms]
+    if k == 0:
+        m.clauses.extend(([-v], why) for v in lits)
+    elif k == 1 and len(lits) == 2:
+        m.clauses.append(([-lits[0], -lits[1]], why))
+    else:
+        m.atmost.append((lits, k, why))
+
+
+def _symmetry(
+    p: Problem, g: Graph, cands: list[list[int]]
+) -> tuple[list[tuple[int, int, int]], list[int]]:
+    """(item, copy, node) fixed by symmetry, and the clique behind them: when all nodes are
+    one type and every copy may use every node, the copies of a clique take the first nodes
+    in order (any placement that keeps the clique apart can be renamed so)."""
+    n_nodes = len(p.node_ids)
+    if len(p.types) != 1 or any(len(c) != n_nodes for c in cands):
+        return [], []
+    clique = max_clique(g, time.monotonic() + 0.05)
+    if len(clique) > n_nodes:
+        return [], []
+    copy_of: dict[int, int] = {}
+    seen: dict[int, int] = {}
+    for v, i in enumerate(g.item):
+        copy_of[v] = seen.get(i, 0)
+        seen[i] = copy_of[v] + 1
+    return [(g.item[v], copy_of[v], node) for node, v in enumerate(clique)], clique
+
+
+def clique_statements(p: Problem, g: Graph, clique: list[int]) -> set[str]:
+    """The statements that keep a clique's copies apart: its tasks and its edges."""
+    core: set[str] = set()
+    for v in clique:
+        it = p.items[g.item[v]]
+        core |= it.stmts | it.allowed_stmts
+    for a, u in enumerate(clique):
+        for w in clique[a + 1 :]:
+            sid = g.why[(min(u, w), max(u, w))]
+            if sid:
+                core.add(sid)
+    return core
