@@ -48,6 +48,12 @@ PROJECT_SHARE = 0.25
 #: Share of the time left that the 0/1 model of a separation graph may use.
 GRAPH_SHARE = 0.5
 
+#: Share of the time left that each colouring heuristic (DSatur, Tabucol) may use, and
+#: its most seconds: Tabucol colours the planted 120-task colourings of the bench in
+#: under 0.1 s; past 2 s the SAT model is the better bet (docs/verify-engines.md).
+TABU_SHARE = 0.25
+TABU_SECONDS = 2.0
+
 #: Share of the time left that the exact search may use before the Z3 fallbacks run.
 SEARCH_SHARE = 0.8
 
@@ -131,8 +137,8 @@ def _greedy_stage(run: _Run) -> Decision | None:
 
 
 def _graph_stage(run: _Run) -> Decision | None:
-    """Pairwise separations as a graph: a DSatur colouring (the other items placed around
-    it by the greedy orders), then the exact 0/1 model for Z3's SAT engine."""
+    """Pairwise separations as a graph: a DSatur colouring, then Tabucol (the other items
+    placed around either by the greedy orders), then the exact 0/1 model on a SAT solver."""
     from escher.verify import _graph
 
     if not _graph.applicable(run.p):
@@ -140,25 +146,33 @@ def _graph_stage(run: _Run) -> Decision | None:
     g = _graph.conflict_graph(run.p)
     if g is None:
         return None
-    fixed = run.timed("graph", lambda: _graph.colour(run.p, g, run.deadline))
-    if fixed is not None:
-        for strategy in STRATEGIES:
-            placed = run.timed(
-                "graph",
-                partial(greedy, run.p, deadline=run.deadline, strategy=strategy, fixed=fixed),
-            )
-            got = run.found(placed, "graph colouring (DSatur) + greedy")
-            if got is not None:
-                return got
+    for name, colouring in (("DSatur", _graph.colour), ("Tabucol", _graph.tabu_colour)):
+        until = time.monotonic() + min(TABU_SECONDS, max(0.0, run.left()) * TABU_SHARE)
+        fixed = run.timed("graph", partial(colouring, run.p, g, until))
+        got = _around(run, fixed, f"graph colouring ({name}) + greedy")
+        if got is not None:
+            return got
     until = time.monotonic() + max(0.0, run.left()) * GRAPH_SHARE
     status, data = run.timed("graph_sat", lambda: _graph.solve(run.p, g, until, run.memory_mb))
     if status == "unsat":
-        return run.infeasible(
-            frozenset(data), "0/1 model (Z3 SAT engine)", _core_cause(run.p, data)
-        )
+        return run.infeasible(frozenset(data), "0/1 model (SAT)", _core_cause(run.p, data))
     if status == "sat":
-        return run.found(data, "0/1 model (Z3 SAT engine)")
+        return run.found(data, "0/1 model (SAT)")
     run.notes.append(f"0/1 model: {data}")
+    return None
+
+
+def _around(run: _Run, fixed: Placement | None, method: str) -> Decision | None:
+    """The other items placed around `fixed` by the greedy orders, checked."""
+    if fixed is None:
+        return None
+    for strategy in STRATEGIES:
+        placed = run.timed(
+            "graph", partial(greedy, run.p, deadline=run.deadline, strategy=strategy, fixed=fixed)
+        )
+        got = run.found(placed, method)
+        if got is not None:
+            return got
     return None
 
 

@@ -9,9 +9,12 @@ Nodes are the colours.
 * `colour`: DSatur (the copy whose neighbours already use the most nodes first) that also
   respects capacities and every per-node limit, then the greedy orders for the other items;
   a witness for the independent checker.
-* `solve`: the exact 0/1 model (a Boolean per copy and node it may use; pseudo-Boolean
-  capacities and limits) for Z3's SAT engine, with the nodes of one clique fixed when all
-  nodes are interchangeable (symmetry breaking); UNSAT comes with the statements of its core.
+* `tabu_colour`: Tabucol, a local search over colourings, for planted colourings DSatur
+  misses;
+* `solve`: the exact 0/1 model (a Boolean per copy and node it may use; clauses and
+  cardinalities for Glucose, or pseudo-Boolean capacities for Z3's SAT engine), with the
+  nodes of one clique fixed when all nodes are interchangeable (symmetry breaking); UNSAT
+  comes with the statements of its core.
 
 Only for problems without task-created resources or domain rules (the other engines take
 those).
@@ -25,6 +28,11 @@ from typing import Any
 
 from escher.verify._problem import Problem
 from escher.verify._witness import Placement
+
+#: The python-sat solver of the 0/1 model: Glucose 4 stops when interrupted (CaDiCaL 1.9
+#: there does not, so a deadline could not be kept), and solved the colourings measured
+#: in docs/verify-engines.md as fast.
+SAT_SOLVER = "glucose4"
 
 #: Largest number of (copy, node) Booleans the SAT model is built with.
 SAT_LIMIT = 60_000
@@ -238,7 +246,7 @@ def _build(
 
 
 def solve(p: Problem, g: Graph, deadline: float, memory_mb: int | None = None) -> tuple[str, Any]:
-    """The exact 0/1 model: CaDiCaL (python-sat) when every constraint is a clause or a
+    """The exact 0/1 model: Glucose 4 (python-sat) when every constraint is a clause or a
     cardinality, else Z3's SAT engine with pseudo-Boolean constraints.
 
     Returns:
@@ -251,7 +259,7 @@ def solve(p: Problem, g: Graph, deadline: float, memory_mb: int | None = None) -
     m, clique = _build(p, g, cands)
     if time.monotonic() > deadline:
         return ("unknown", "timeout while building the 0/1 model")
-    solved = _cadical(m, deadline) if not m.pb and _has_pysat() else _z3(m, deadline, memory_mb)
+    solved = _clauses(m, deadline) if not m.pb and _has_pysat() else _z3(m, deadline, memory_mb)
     status, data = solved
     if status == "unsat":
         # the fixed nodes assume the clique's copies apart: its statements join the core
@@ -282,8 +290,8 @@ def _selectors(m: _Model, first: int) -> dict[frozenset[str], int]:
     return {why: first + k for k, why in enumerate(ordered)}
 
 
-def _cadical(m: _Model, deadline: float) -> tuple[str, Any]:
-    """Clauses and cardinalities (sequential counters) for CaDiCaL, with a selector per set
+def _clauses(m: _Model, deadline: float) -> tuple[str, Any]:
+    """Clauses and cardinalities (sequential counters) for Glucose 4, with a selector per set
     of statements as assumptions; stopped at `deadline` by a timer."""
     import threading
 
@@ -297,7 +305,7 @@ def _cadical(m: _Model, deadline: float) -> tuple[str, Any]:
         top = max(top, enc.nv)
         cards.append((enc.clauses, why))
     sel = _selectors(m, top + 1)
-    with Solver(name="cadical195") as s:
+    with Solver(name=SAT_SOLVER) as s:
         for lits, why in m.clauses:
             s.add_clause(lits + ([-sel[why]] if why else []))
         for clauses, why in cards:
@@ -465,3 +473,95 @@ def clique_statements(p: Problem, g: Graph, clique: list[int]) -> set[str]:
             if sid:
                 core.add(sid)
     return core
+
+
+#: Steps a vertex may not go back to the node it left: TABU_FACTOR x the conflicting
+#: vertices plus a random 0..TABU_RANDOM-1 (Galinier and Hao's tenure).
+TABU_FACTOR = 0.6
+TABU_RANDOM = 10
+
+
+def tabu_colour(p: Problem, g: Graph, deadline: float, seed: int = 0) -> Placement | None:
+    """Tabucol (Hertz and de Werra; Galinier and Hao's tenure): a local search over
+    colourings (nodes) that moves one conflicting copy at a time to the node with the fewest
+    conflicts, not back to a node it left recently unless that gives the fewest conflicts
+    yet. Planted colourings that DSatur misses are found in a fraction of a second. Ignores
+    capacities; the caller checks the placement. None at `deadline`."""
+    nodes = [sorted(_nodes_of(p, g.item[v])) for v in range(len(g.item))]
+    if any(not ns for ns in nodes):
+        return None
+    tabu = _Tabu(g, nodes, len(p.node_ids), seed)
+    while tabu.bad:
+        if tabu.step & 255 == 0 and time.monotonic() > deadline:
+            return None
+        tabu.move()
+    out: Placement = [[] for _ in p.items]
+    for v, n in enumerate(tabu.col):
+        out[g.item[v]].append(n)
+    return out
+
+
+class _Tabu:
+    """The state of a Tabucol run: a node per copy, and per copy and node how many
+    neighbours are there."""
+
+    def __init__(self, g: Graph, nodes: list[list[int]], n_nodes: int, seed: int) -> None:
+        import random
+
+        self.rng = random.Random(seed)
+        self.nodes = nodes
+        self.adj = [list(a) for a in g.adj]
+        self.col = [self.rng.choice(ns) for ns in nodes]
+        self.gamma = [[0] * n_nodes for _ in nodes]
+        for v, near in enumerate(self.adj):
+            for u in near:
+                self.gamma[v][self.col[u]] += 1
+        self.bad = {v for v in range(len(nodes)) if self.gamma[v][self.col[v]]}
+        self.tabu: dict[tuple[int, int], int] = {}
+        self.step = 0
+        self.conflicts = sum(self.gamma[v][self.col[v]] for v in range(len(nodes))) // 2
+        self.fewest = self.conflicts
+
+    def move(self) -> None:
+        self.step += 1
+        best, moves = self._best_moves()
+        if best is None:
+            return
+        v, c = self.rng.choice(moves)
+        old = self.col[v]
+        self.tabu[(v, old)] = (
+            self.step + int(TABU_FACTOR * len(self.bad)) + self.rng.randrange(TABU_RANDOM)
+        )
+        self.col[v] = c
+        self.conflicts += best
+        self.fewest = min(self.fewest, self.conflicts)
+        gamma, col, bad = self.gamma, self.col, self.bad
+        for u in self.adj[v]:
+            gamma[u][old] -= 1
+            gamma[u][c] += 1
+            if gamma[u][col[u]]:
+                bad.add(u)
+            else:
+                bad.discard(u)
+        if gamma[v][c]:
+            bad.add(v)
+        else:
+            bad.discard(v)
+
+    def _best_moves(self) -> tuple[int | None, list[tuple[int, int]]]:
+        best: int | None = None
+        moves: list[tuple[int, int]] = []
+        step, tabu, floor = self.step, self.tabu, self.fewest - self.conflicts
+        for v in self.bad:
+            gv, cv = self.gamma[v], self.col[v]
+            for c in self.nodes[v]:
+                if c == cv:
+                    continue
+                delta = gv[c] - gv[cv]
+                if delta >= floor and tabu.get((v, c), 0) > step:
+                    continue  # tabu, unless it gives the fewest conflicts yet
+                if best is None or delta < best:
+                    best, moves = delta, [(v, c)]
+                elif delta == best:
+                    moves.append((v, c))
+        return best, moves
