@@ -30,9 +30,14 @@ families a and d at 10,000 nodes with each --timeout, and the wall time of the w
 With --seeds N: each selected family and size again with seeds 1..N (the generators' other
 instances), default path: how many verdicts agree with the construction, median and slowest.
 
+With --engines: the engine table instead (`engine_instances`: fragmentation with other GPU
+shapes, tight 5-resource packings, graph colouring with and without cliques, ...): each
+engine alone, then the portfolio, in process, each with --engine-timeout; then the
+portfolio again as if the optional packages were not installed. --big adds 10,000 nodes.
+
     python bench/verify_scaling.py [--quick] [--baseline-timeout S] [--timeout S] [--seed N]
         [--only FAMILIES] [--min-nodes N] [--max-nodes N] [--repeat N] [--timeouts S,S,...]
-        [--seeds N]
+        [--seeds N] [--engines [--engine-timeout S] [--big]]
 """
 
 from __future__ import annotations
@@ -477,6 +482,87 @@ def instances(quick: bool, seed: int) -> list[tuple[str, int, Any]]:
     return out
 
 
+ENGINE_FAMILIES = ["g", "g-ok", "d", "t", "t-short", "p", "col", "col-k", "col-s", "col-l"]
+
+
+def engine_instances(seed: int, big: bool) -> list[tuple[str, int, Any]]:
+    """The families of the engine table: fragmentation with other GPU shapes (g, g-ok) and
+    family d at 100/1,000 (and 10,000 with `big`) nodes, zero-slack triplets, tight
+    5-resource packings, and graph colouring (120 tasks on 4 nodes with 600 separated
+    pairs, feasible; col-k: with a 5-clique; col-s: 30 tasks on 3 nodes with a 4-clique;
+    col-l: 1,000 tasks on 8 nodes with 5,000 pairs)."""
+    sizes = [100, 1000, 10000] if big else [100, 1000]
+    out: list[tuple[str, int, Any]] = []
+    for n in sizes:
+        out.append(("g", n, lambda n=n: gpus(n, seed, False)))
+        out.append(("g-ok", n, lambda n=n: gpus(n, seed, True)))
+        out.append(("d", n, lambda n=n: family(n, "d", seed)))
+    for n in [20, 167]:
+        out.append(("t", n, lambda n=n: triplets(n, seed, False, True)))
+        out.append(("t-short", n, lambda n=n: triplets(n, seed, True, True)))
+    for n in [20, 100, 1000]:
+        out.append(("p", n, lambda n=n: tight(n, seed)))
+    out.append(("col", 4, lambda: colouring(120, 4, 600, 0, seed)))
+    out.append(("col-k", 4, lambda: colouring(120, 4, 600, 5, seed)))
+    out.append(("col-s", 3, lambda: colouring(30, 3, 60, 4, seed)))
+    out.append(("col-l", 8, lambda: colouring(1000, 8, 5000, 0, seed)))
+    return out
+
+
+def _without_optional() -> None:
+    """This process as if only the required packages were installed: no orjson, msgspec
+    (file reading); the engines that need scipy or python-sat report themselves missing."""
+    from escher.verify import _arcflow, _graph
+
+    for name in ("orjson", "msgspec"):
+        sys.modules[name] = None  # type: ignore[assignment]
+    _arcflow.available = lambda: False  # type: ignore[assignment]
+    _graph._has_pysat = lambda: False  # type: ignore[assignment]
+
+
+def engines_table(args: argparse.Namespace, only: set[str]) -> bool:
+    """Every engine alone and the portfolio (every engine in its order), in process, on the
+    same instances; then the portfolio with the optional packages left out."""
+    from escher.verify._engine import ENGINES, decide
+
+    names = ["bounds", *ENGINES]
+    print(f"engines alone (--engine-timeout {args.engine_timeout} s each) and the portfolio:")
+    heads = [*names, "portfolio"]
+    print(f"{'family':>8} {'size':>14} {'expect':>10} " + " ".join(f"{e:>11}" for e in heads))
+    ok = True
+    rows: list[tuple[str, int, Plan, ClusterState, str]] = []
+    for fam, n, make in engine_instances(args.seed, args.big):
+        if (only and fam not in only) or not args.min_nodes <= n <= args.max_nodes:
+            continue
+        plan, cluster, feasible = make()
+        expect = "feasible" if feasible else "infeasible"
+        state = ClusterState.from_dict(cluster)
+        rows.append((fam, n, plan, state, expect))
+        cells = []
+        for e in [*names, "portfolio"]:
+            chosen = None if e == "portfolio" else frozenset({e})
+            t0 = time.perf_counter()
+            d = decide(plan, state, deadline=time.monotonic() + args.engine_timeout, engines=chosen)
+            took = time.perf_counter() - t0
+            mark = {"feasible": "F", "infeasible": "I"}.get(d.status, "?")
+            if d.status in ("feasible", "infeasible") and d.status != expect:
+                mark, ok = "WRONG", False
+            cells.append(f"{mark} {took:8.2f}")
+        replicas = sum(t.count for t in plan.tasks)
+        print(f"{fam:>8} {n:>6}x{replicas:<7} {expect:>10} " + " ".join(f"{c:>11}" for c in cells))
+        sys.stdout.flush()
+    _without_optional()
+    print("\nthe portfolio without the optional packages (scipy, python-sat, orjson, msgspec):")
+    for fam, n, plan, state, expect in rows:
+        t0 = time.perf_counter()
+        d = decide(plan, state, deadline=time.monotonic() + args.engine_timeout)
+        took = time.perf_counter() - t0
+        ok &= d.status in (expect, "unknown")
+        print(f"{fam:>8} {n:>6} {expect:>10} {d.status:>10} {took:8.2f}  {d.method}")
+        sys.stdout.flush()
+    return ok
+
+
 def _row(
     fam: str, n: int, plan: Plan, expect: str, d: dict[str, Any], ni: dict[str, Any], base: Any
 ) -> str:
@@ -589,7 +675,12 @@ def main() -> int:
     ap.add_argument(
         "--seeds", type=int, default=0, help="also run seeds 1..N of each family and size"
     )
+    ap.add_argument("--engines", action="store_true", help="only the table of each engine alone")
+    ap.add_argument("--engine-timeout", type=float, default=10.0, help="seconds per engine")
+    ap.add_argument("--big", action="store_true", help="10,000-node rows in the engine table")
     args = ap.parse_args()
+    if args.engines:
+        return 0 if engines_table(args, set(filter(None, args.only.split(",")))) else 1
     print(
         f"{'family':>8} {'size':>14} {'tasks':>6} {'expect':>10} {'escher':>10} "
         f"{'verdict':>8} {'default':>8} {'no-int':>8} {'intents':>7} {'baseline':>18} "

@@ -434,6 +434,18 @@ def _unbuilt(plan: Plan, state: ClusterState, seconds: float) -> Decision:
     )
 
 
+#: The engines by name, for `decide(engines=...)` ("bounds" is the pre-checks).
+ENGINES: dict[str, Callable[[_Run], Decision | None]] = {
+    "greedy": _greedy_stage,
+    "graph": _graph_stage,
+    "dive": _dive_stage,
+    "arcflow": _arcflow_stage,
+    "z3-relaxed": _relaxed_stage,
+    "search": _search_stage,
+    "z3-exact": _exact_stage,
+}
+
+
 def decide(
     plan: Plan,
     state: ClusterState,
@@ -443,12 +455,15 @@ def decide(
     mods: Mods | None = None,
     memory_mb: int | None = None,
     fast: bool = True,
+    engines: frozenset[str] | None = None,
 ) -> Decision:
     """Decide one problem. Never runs past `deadline` by more than one solver call's slack.
 
     Args:
         fast: False skips the pre-checks, the greedy search and the packing search (to test
             the Z3 encodings alone).
+        engines: Only these engines (names of `ENGINES`; the bench runs each alone), the
+            pre-checks only when "bounds" is among them.
     """
     t0 = time.perf_counter()
     try:
@@ -457,7 +472,7 @@ def decide(
         return _unbuilt(plan, state, time.perf_counter() - t0)
     run = _Run(p, deadline, memory_mb)
     run.times["build"] = time.perf_counter() - t0
-    if fast:
+    if fast and (engines is None or "bounds" in engines):
         conflict = run.timed("precheck", lambda: precheck(p, deadline))
         if conflict is not None:
             return run.infeasible(conflict.core, conflict.method, conflict.cause)
@@ -475,6 +490,9 @@ def decide(
         stages = [_greedy_stage, _graph_stage, _exact_stage, _relaxed_stage, _search_stage]
     if not fast:
         stages = [_relaxed_stage, _exact_stage]
+    if engines is not None:
+        chosen = {ENGINES[e] for e in engines if e in ENGINES}
+        stages = [st for st in stages if st in chosen]
     try:
         for stage in stages:
             if run.left() <= 0:
