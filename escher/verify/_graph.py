@@ -40,8 +40,11 @@ SAT_LIMIT = 60_000
 #: Vertices the clique search starts from (the highest degrees).
 CLIQUE_STARTS = 200
 
-#: Copies in the graph at most (beyond that, the graph engines leave the problem alone).
+#: Copies and edges in the graph at most (beyond that, the graph engines leave the problem
+#: alone: one `Separated` over 1,000 replicas alone would be 499,500 edges, and the
+#: separation-vs-node-count pre-check already decides such a set).
 GRAPH_LIMIT = 20_000
+EDGE_LIMIT = 200_000
 
 
 @dataclass
@@ -76,23 +79,13 @@ def applicable(p: Problem) -> bool:
 
 def conflict_graph(p: Problem) -> Graph | None:
     """The graph of copies under limits of one per node, or None when there is no edge or
-    it is larger than `GRAPH_LIMIT` copies."""
-    pair_limits = {lid for lid, (lim, _) in p.limits.items() if lim == 1}
-    if not pair_limits:
+    it is larger than `GRAPH_LIMIT` copies or `EDGE_LIMIT` edges."""
+    found = _vertices(p)
+    if found is None:
         return None
-    item: list[int] = []
-    by_limit: dict[str, list[int]] = {}
-    for i, it in enumerate(p.items):
-        lids = [lid for lid in it.tags if lid in pair_limits and it.tags[lid] >= 1]
-        if not lids:
-            continue
-        if len(item) + it.mult > GRAPH_LIMIT:
-            return None
-        for _ in range(it.mult):
-            v = len(item)
-            item.append(i)
-            for lid in lids:
-                by_limit.setdefault(lid, []).append(v)
+    item, by_limit = found
+    if sum(len(vs) * (len(vs) - 1) // 2 for vs in by_limit.values()) > EDGE_LIMIT:
+        return None
     adj: list[set[int]] = [set() for _ in item]
     why: dict[tuple[int, int], str | None] = {}
     for lid, vs in by_limit.items():
@@ -103,9 +96,26 @@ def conflict_graph(p: Problem) -> Graph | None:
                 adj[w].add(u)
                 if why.get((u, w)) is None:
                     why[(u, w)] = sid
-    if not why:
-        return None
-    return Graph(item, adj, why)
+    return Graph(item, adj, why) if why else None
+
+
+def _vertices(p: Problem) -> tuple[list[int], dict[str, list[int]]] | None:
+    """The item of each vertex (a copy under a limit of one), and each such limit's
+    vertices; None past `GRAPH_LIMIT` copies."""
+    pair_limits = {lid for lid, (lim, _) in p.limits.items() if lim == 1}
+    item: list[int] = []
+    by_limit: dict[str, list[int]] = {}
+    for i, it in enumerate(p.items):
+        lids = [lid for lid in it.tags if lid in pair_limits and it.tags[lid] >= 1]
+        if not lids:
+            continue
+        if len(item) + it.mult > GRAPH_LIMIT:
+            return None
+        for _ in range(it.mult):
+            for lid in lids:
+                by_limit.setdefault(lid, []).append(len(item))
+            item.append(i)
+    return item, by_limit
 
 
 def _nodes_of(p: Problem, i: int) -> set[int]:
