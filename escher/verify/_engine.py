@@ -25,7 +25,7 @@ from escher.core.cluster import ClusterState
 from escher.core.plan import Plan
 from escher.verify._bounds import precheck
 from escher.verify._dive import find
-from escher.verify._greedy import STRATEGIES, check, greedy
+from escher.verify._greedy import STRATEGIES, check, classes, greedy
 from escher.verify._model import build
 from escher.verify._problem import Item, Mods, Problem, Timeout, type_total
 from escher.verify._search import applicable, search
@@ -44,6 +44,9 @@ DIVE_SHARE = 0.3
 
 #: Share of the time left the arc-flow projections (a hunt for a conflict) may use.
 PROJECT_SHARE = 0.25
+
+#: Cells (classes x dimensions) past which the packing engines leave a problem alone.
+SPACE_LIMIT = 1_000_000
 
 #: Share of the time left that the 0/1 model of a separation graph may use.
 GRAPH_SHARE = 0.5
@@ -101,7 +104,15 @@ class _Run:
     @cached_property
     def packing(self) -> _Packing | None:
         """The part of the problem the packing engines take (built once per decision)."""
-        return _packing(self.p)
+        return None if self.too_wide else _packing(self.p)
+
+    @cached_property
+    def too_wide(self) -> bool:
+        """The packing engines' table (classes x dimensions) would be too large to build in
+        time: 1,000 tasks under 5,000 separated pairs are 5 million cells, and building
+        them alone took 10 s past the deadline. The graph engine takes such problems."""
+        dims = len(self.p.resources) * len(self.p.groups) + len(self.p.limits)
+        return len(classes(self.p)) * dims > SPACE_LIMIT
 
     def timed(self, name: str, fn: Callable[[], _T]) -> _T:
         t0 = time.perf_counter()
@@ -180,7 +191,7 @@ def _arcflow_stage(run: _Run) -> Decision | None:
     """The arc-flow model (HiGHS): exact for one dimension, else each dimension alone."""
     from escher.verify import _arcflow  # imported when first needed (SciPy), as are Z3's
 
-    if not _arcflow.available() or not applicable(run.p):
+    if not _arcflow.available() or not applicable(run.p) or run.too_wide:
         return None
     status, placement = run.timed("arcflow", lambda: _arcflow.solve(run.p, run.deadline))
     if status == "feasible":

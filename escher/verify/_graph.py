@@ -236,8 +236,8 @@ class _Model:
 
 
 def _build(
-    p: Problem, g: Graph, cands: list[tuple[list[int], frozenset[str]]]
-) -> tuple[_Model, list[int]]:
+    p: Problem, g: Graph, cands: list[tuple[list[int], frozenset[str]]], deadline: float
+) -> tuple[_Model, list[int]] | None:
     m = _Model()
     for i, it in enumerate(p.items):
         rows = []
@@ -249,7 +249,8 @@ def _build(
                 m.atmost.append((list(row.values()), 1, frozenset()))
             rows.append(row)
         m.x.append(rows)
-    _rows(p, m)
+    if not _rows(p, m, deadline):
+        return None
     fixed, clique = _symmetry(p, g, [c for c, _ in cands])
     m.units = [m.x[i][k][n] for i, k, n in fixed]
     return m, clique
@@ -266,9 +267,10 @@ def solve(p: Problem, g: Graph, deadline: float, memory_mb: int | None = None) -
     size = sum(it.mult * len(cands[i][0]) for i, it in enumerate(p.items))
     if size > SAT_LIMIT:
         return ("unknown", f"too large for the 0/1 model ({size} copy-node pairs)")
-    m, clique = _build(p, g, cands)
-    if time.monotonic() > deadline:
+    built = _build(p, g, cands, deadline)
+    if built is None or time.monotonic() > deadline:
         return ("unknown", "timeout while building the 0/1 model")
+    m, clique = built
     solved = _clauses(m, deadline) if not m.pb and _has_pysat() else _z3(m, deadline, memory_mb)
     status, data = solved
     if status == "unsat":
@@ -392,10 +394,12 @@ def _candidates(p: Problem, i: int) -> tuple[list[int], frozenset[str]]:
     it = p.items[i]
     out = []
     why: set[str] = set()
+    over = [
+        p.limits[lid][1] for lid, k in it.tags.items() if lid in p.limits and k > p.limits[lid][0]
+    ]
     for n in sorted(_nodes_of(p, i)):
         caps = p.cap[n]
         short = [r for r in it.nonzero if caps[r] is not None and it.need(r) > (caps[r] or 0)]
-        over = [sid for lid, (lim, sid) in p.limits.items() if it.tags.get(lid, 0) > lim]
         if not short and not over:
             out.append(n)
             continue
@@ -404,32 +408,35 @@ def _candidates(p: Problem, i: int) -> tuple[list[int], frozenset[str]]:
     return out, frozenset(why)
 
 
-def _rows(p: Problem, m: _Model) -> None:
-    """Capacities per (node, group, resource) and limits per (node, limit)."""
+def _rows(p: Problem, m: _Model, deadline: float) -> bool:
+    """Capacities per (node, group, resource) and limits per (node, limit); False when
+    `deadline` passed first. Each row looks only at the items that load it."""
+    loaders: dict[tuple[str, int], list[int]] = {}
+    tagged: dict[str, list[int]] = {}
+    for i, it in enumerate(p.items):
+        for grp, load in it.loads.items():
+            for r in it.nonzero:
+                if load[r]:
+                    loaders.setdefault((grp, r), []).append(i)
+        for lid in it.tags:
+            if lid in p.limits:
+                tagged.setdefault(lid, []).append(i)
     for n in range(len(p.node_ids)):
+        if time.monotonic() > deadline:
+            return False
         nt = p.types[p.node_type[n]]
-        for grp, gsid in p.groups.items():
-            for r in range(len(p.resources)):
-                cap = p.cap[n][r]
-                if cap is None:
-                    continue
-                terms = [
-                    (row[n], it.loads[grp][r])
-                    for it, rows in zip(p.items, m.x, strict=True)
-                    if grp in it.loads and it.loads[grp][r]
-                    for row in rows
-                    if n in row
-                ]
-                _row(m, terms, cap, frozenset(s for s in (nt.capsrc[r], gsid) if s))
-        for lid, (lim, sid) in p.limits.items():
-            terms = [
-                (row[n], it.tags[lid])
-                for it, rows in zip(p.items, m.x, strict=True)
-                if lid in it.tags
-                for row in rows
-                if n in row
-            ]
+        for (grp, r), idx in loaders.items():
+            cap = p.cap[n][r]
+            if cap is None:
+                continue
+            terms = [(row[n], p.items[i].loads[grp][r]) for i in idx for row in m.x[i] if n in row]
+            why = frozenset(s for s in (nt.capsrc[r], p.groups[grp]) if s)
+            _row(m, terms, cap, why)
+        for lid, idx in tagged.items():
+            lim, sid = p.limits[lid]
+            terms = [(row[n], p.items[i].tags[lid]) for i in idx for row in m.x[i] if n in row]
             _row(m, terms, lim, frozenset({sid} if sid else ()))
+    return True
 
 
 def _row(m: _Model, terms: list[tuple[int, int]], bound: int, why: frozenset[str]) -> None:
