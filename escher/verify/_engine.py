@@ -15,11 +15,12 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 
 from escher.core.cluster import ClusterState
 from escher.core.plan import Plan
@@ -47,6 +48,10 @@ PROJECT_SHARE = 0.25
 
 #: Cells (classes x dimensions) past which the packing engines leave a problem alone.
 SPACE_LIMIT = 1_000_000
+
+#: Seconds past its deadline that the 0/1 model's thread is waited for (it is interrupted
+#: at the deadline; a solver answers an interrupt within milliseconds).
+SAT_GRACE = 1.0
 
 #: Share of the time left that the 0/1 model of a separation graph may use.
 GRAPH_SHARE = 0.5
@@ -148,8 +153,9 @@ def _greedy_stage(run: _Run) -> Decision | None:
 
 
 def _graph_stage(run: _Run) -> Decision | None:
-    """Pairwise separations as a graph: a DSatur colouring, then Tabucol (the other items
-    placed around either by the greedy orders), then the exact 0/1 model on a SAT solver."""
+    """Pairwise separations as a graph: DSatur first (milliseconds), then Tabucol and the
+    exact 0/1 model side by side (the SAT solver releases the GIL): the first definite
+    answer wins and the other is stopped at once."""
     from escher.verify import _graph
 
     if not _graph.applicable(run.p):
@@ -157,14 +163,39 @@ def _graph_stage(run: _Run) -> Decision | None:
     g = _graph.conflict_graph(run.p)
     if g is None:
         return None
-    for name, colouring in (("DSatur", _graph.colour), ("Tabucol", _graph.tabu_colour)):
+    until = time.monotonic() + min(TABU_SECONDS, max(0.0, run.left()) * TABU_SHARE)
+    fixed = run.timed("graph", partial(_graph.colour, run.p, g, until))
+    got = _around(run, fixed, "graph colouring (DSatur) + greedy")
+    if got is not None:
+        return got
+    sat_until = time.monotonic() + max(0.0, run.left()) * GRAPH_SHARE
+    stop_sat, stop_tabu = threading.Event(), threading.Event()
+    answer: list[tuple[str, Any]] = []
+
+    def sat() -> None:
+        try:
+            answer.append(_graph.solve(run.p, g, sat_until, run.memory_mb, stop_sat))
+        finally:
+            stop_tabu.set()
+
+    t0 = time.perf_counter()
+    worker = threading.Thread(target=sat, daemon=True)
+    worker.start()
+    got = None
+    try:
         until = time.monotonic() + min(TABU_SECONDS, max(0.0, run.left()) * TABU_SHARE)
-        fixed = run.timed("graph", partial(colouring, run.p, g, until))
-        got = _around(run, fixed, f"graph colouring ({name}) + greedy")
+        fixed = run.timed("graph", partial(_graph.tabu_colour, run.p, g, until, stop_tabu))
+        got = _around(run, fixed, "graph colouring (Tabucol) + greedy")
+    finally:
         if got is not None:
-            return got
-    until = time.monotonic() + max(0.0, run.left()) * GRAPH_SHARE
-    status, data = run.timed("graph_sat", lambda: _graph.solve(run.p, g, until, run.memory_mb))
+            stop_sat.set()
+        worker.join(timeout=max(0.0, sat_until - time.monotonic()) + SAT_GRACE)
+        stop_sat.set()
+        run.times["graph_sat"] = run.times.get("graph_sat", 0.0) + time.perf_counter() - t0
+    if got is not None:
+        return got
+    status, data = answer[0] if answer else ("unknown", "the SAT solver did not stop in time")
+    data = cast(Any, data)
     if status == "unsat":
         return run.infeasible(frozenset(data), "0/1 model (SAT)", _core_cause(run.p, data))
     if status == "sat":

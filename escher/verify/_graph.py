@@ -22,6 +22,7 @@ those).
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -256,13 +257,23 @@ def _build(
     return m, clique
 
 
-def solve(p: Problem, g: Graph, deadline: float, memory_mb: int | None = None) -> tuple[str, Any]:
+def solve(
+    p: Problem,
+    g: Graph,
+    deadline: float,
+    memory_mb: int | None = None,
+    stop: threading.Event | None = None,
+) -> tuple[str, Any]:
     """The exact 0/1 model: Glucose 4 (python-sat) when every constraint is a clause or a
     cardinality, else Z3's SAT engine with pseudo-Boolean constraints.
+
+    `stop`, when set from another thread, interrupts the solver at once (another engine
+    answered first).
 
     Returns:
         ("sat", placement) | ("unsat", statement ids of a core) | ("unknown", reason).
     """
+    stop = stop or threading.Event()
     cands = [_candidates(p, i) for i in range(len(p.items))]
     size = sum(it.mult * len(cands[i][0]) for i, it in enumerate(p.items))
     if size > SAT_LIMIT:
@@ -271,7 +282,12 @@ def solve(p: Problem, g: Graph, deadline: float, memory_mb: int | None = None) -
     if built is None or time.monotonic() > deadline:
         return ("unknown", "timeout while building the 0/1 model")
     m, clique = built
-    solved = _clauses(m, deadline) if not m.pb and _has_pysat() else _z3(m, deadline, memory_mb)
+    if stop.is_set():
+        return ("unknown", "stopped: another engine answered first")
+    if not m.pb and _has_pysat():
+        solved = _clauses(m, deadline, stop)
+    else:
+        solved = _z3(m, deadline, memory_mb, stop)
     status, data = solved
     if status == "unsat":
         # the fixed nodes assume the clique's copies apart: its statements join the core
@@ -302,11 +318,29 @@ def _selectors(m: _Model, first: int) -> dict[frozenset[str], int]:
     return {why: first + k for k, why in enumerate(ordered)}
 
 
-def _clauses(m: _Model, deadline: float) -> tuple[str, Any]:
-    """Clauses and cardinalities (sequential counters) for Glucose 4, with a selector per set
-    of statements as assumptions; stopped at `deadline` by a timer."""
-    import threading
+def _watch(
+    stop: threading.Event, done: threading.Event, seconds: float, interrupt: Any
+) -> threading.Thread:
+    """A daemon thread that calls `interrupt` once `stop` is set or `seconds` have passed,
+    unless `done` (the solver returned) came first; it looks every 10 ms."""
 
+    def run() -> None:
+        until = time.monotonic() + max(0.0, seconds)
+        while not done.is_set():
+            if stop.is_set() or time.monotonic() >= until:
+                interrupt()
+                return
+            done.wait(0.01)
+
+    watcher = threading.Thread(target=run, daemon=True)
+    watcher.start()
+    return watcher
+
+
+def _clauses(m: _Model, deadline: float, stop: threading.Event) -> tuple[str, Any]:
+    """Clauses and cardinalities (sequential counters) for Glucose 4, with a selector per set
+    of statements as assumptions; interrupted at `deadline` or when `stop` is set (Glucose
+    releases the GIL while it solves, so other engines run meanwhile)."""
     from pysat.card import CardEnc, EncType
     from pysat.solvers import Solver
 
@@ -328,12 +362,13 @@ def _clauses(m: _Model, deadline: float) -> tuple[str, Any]:
         left = deadline - time.monotonic()
         if left <= 0:
             return ("unknown", "timeout while building the 0/1 model")
-        timer = threading.Timer(left, s.interrupt)
-        timer.start()
+        done = threading.Event()
+        watcher = _watch(stop, done, left, s.interrupt)
         try:
             res = s.solve_limited(assumptions=list(sel.values()), expect_interrupt=True)
         finally:
-            timer.cancel()
+            done.set()
+            watcher.join(timeout=5.0)
         if res is None:
             return ("unknown", "time limit reached in the SAT solver")
         if res:
@@ -346,7 +381,9 @@ def _clauses(m: _Model, deadline: float) -> tuple[str, Any]:
         return ("unsat", core)
 
 
-def _z3(m: _Model, deadline: float, memory_mb: int | None) -> tuple[str, Any]:
+def _z3(
+    m: _Model, deadline: float, memory_mb: int | None, stop: threading.Event
+) -> tuple[str, Any]:
     """The model for Z3's SAT engine (pseudo-Boolean constraints natively)."""
     import z3
 
@@ -375,7 +412,13 @@ def _z3(m: _Model, deadline: float, memory_mb: int | None) -> tuple[str, Any]:
     if left <= 0:
         return ("unknown", "timeout while building the 0/1 model")
     s.set("timeout", max(1, int(left * 1000)))
-    res = s.check(*sel.values())
+    done = threading.Event()
+    watcher = _watch(stop, done, left + 1.0, ctx.interrupt)
+    try:
+        res = s.check(*sel.values())
+    finally:
+        done.set()
+        watcher.join(timeout=5.0)
     if res == z3.unsat:
         back = {v.get_id(): why for why, v in sel.items()}
         core: set[str] = set()
@@ -498,18 +541,22 @@ TABU_FACTOR = 0.6
 TABU_RANDOM = 10
 
 
-def tabu_colour(p: Problem, g: Graph, deadline: float, seed: int = 0) -> Placement | None:
+def tabu_colour(
+    p: Problem, g: Graph, deadline: float, stop: threading.Event | None = None, seed: int = 0
+) -> Placement | None:
     """Tabucol (Hertz and de Werra; Galinier and Hao's tenure): a local search over
     colourings (nodes) that moves one conflicting copy at a time to the node with the fewest
     conflicts, not back to a node it left recently unless that gives the fewest conflicts
     yet. Planted colourings that DSatur misses are found in a fraction of a second. Ignores
-    capacities; the caller checks the placement. None at `deadline`."""
+    capacities; the caller checks the placement. None at `deadline` or once `stop` is set."""
     nodes = [sorted(_nodes_of(p, g.item[v])) for v in range(len(g.item))]
     if any(not ns for ns in nodes):
         return None
     tabu = _Tabu(g, nodes, len(p.node_ids), seed)
     while tabu.bad:
-        if tabu.step & 255 == 0 and time.monotonic() > deadline:
+        if tabu.step & 255 == 0 and (
+            time.monotonic() > deadline or (stop is not None and stop.is_set())
+        ):
             return None
         tabu.move()
     out: Placement = [[] for _ in p.items]

@@ -183,3 +183,24 @@ def test_every_engine_alone_never_contradicts_the_construction() -> None:
         for name in ["bounds", *ENGINES]:
             d = decide(plan, state, deadline=time.monotonic() + 5, engines=frozenset({name}))
             assert d.status in ("feasible" if want else "infeasible", "unknown"), (name, d)
+
+
+def test_a_stopped_engine_of_the_graph_portfolio_gives_up_with_unknown() -> None:
+    """The first answer stops the other engine: a set `stop` ends Tabucol and the 0/1 model
+    without an answer, which the portfolio then ignores."""
+    import threading
+
+    from escher.verify import _graph
+    from escher.verify._model import build
+
+    plan, cluster, _ = bench().colouring(200, 4, 1000, 0, 41)
+    state = ClusterState.from_dict(cluster)
+    p = build(plan, state, deadline=time.monotonic() + 60)
+    g = _graph.conflict_graph(p)
+    assert g is not None
+    stop = threading.Event()
+    stop.set()
+    assert _graph.tabu_colour(p, g, time.monotonic() + 60, stop) is None
+    status, reason = _graph.solve(p, g, time.monotonic() + 60, None, stop)
+    assert status == "unknown"
+    assert "another engine answered first" in reason
