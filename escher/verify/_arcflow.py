@@ -280,7 +280,7 @@ def solve(p: Problem, deadline: float) -> tuple[str, list[list[int]] | None]:
     whose classes load one dimension; ("unknown", None) when the model does not apply."""
     if not applicable(p):
         return ("unknown", None)
-    sp = _space(p)
+    sp = _space(p, deadline)
     if len(sp.cap[0]) != 1 or not sp.order:
         return ("unknown", None)
     m = _model(p, sp, 0, list(sp.order), deadline)
@@ -302,7 +302,7 @@ def project(p: Problem, deadline: float) -> frozenset[str] | None:
     """The statements of a dimension whose projection is infeasible, or None."""
     if not applicable(p):
         return None
-    sp = _space(p)
+    sp = _space(p, deadline)
     ndim = len(sp.cap[0]) if sp.cap else 0
     if ndim < 2:
         return None
