@@ -30,9 +30,14 @@ families a and d at 10,000 nodes with each --timeout, and the wall time of the w
 With --seeds N: each selected family and size again with seeds 1..N (the generators' other
 instances), default path: how many verdicts agree with the construction, median and slowest.
 
+With --engines: the engine table instead (`engine_instances`: fragmentation with other GPU
+shapes, tight 5-resource packings, graph colouring with and without cliques, ...): each
+engine alone, then the portfolio, in process, each with --engine-timeout; then the
+portfolio again as if the optional packages were not installed. --big adds 10,000 nodes.
+
     python bench/verify_scaling.py [--quick] [--baseline-timeout S] [--timeout S] [--seed N]
         [--only FAMILIES] [--min-nodes N] [--max-nodes N] [--repeat N] [--timeouts S,S,...]
-        [--seeds N]
+        [--seeds N] [--engines [--engine-timeout S] [--big]]
 """
 
 from __future__ import annotations
@@ -252,6 +257,144 @@ def multi(n_nodes: int, seed: int, grouped: bool) -> tuple[Plan, Any, bool]:
     return _jobs(tasks, rng, grouped, shapes), {"nodes": nodes}, True
 
 
+GPU_KINDS: dict[str, dict[str, float]] = {
+    "g4": {"CPU": 32, "GPU": 4, "memory": 256},
+    "g8": {"CPU": 64, "GPU": 8, "memory": 512},
+    "g2": {"CPU": 16, "GPU": 2, "memory": 128},
+}
+GPU_FILLS = {  # node kind -> the GPU tasks one node of it holds (one chosen per node)
+    "g8": [(3, 3, 1), (6, 1), (3, 3), (6,)],
+    "g4": [(3,), (3, 1)],
+    "g2": [(1,), (2,), (1, 1)],
+}
+
+
+def gpus(n_nodes: int, seed: int, feasible: bool, grouped: bool = True) -> tuple[Plan, Any, bool]:
+    """Fragmentation with other GPU shapes: 2-, 4- and 8-GPU nodes (20% partly used) holding
+    tasks of 1, 2, 3 and 6 GPUs, with CPU-only tasks around them (~9 tasks a node). A node
+    with G GPUs holds a 3-GPU and 6-GPU tasks with a + 2b <= G // 3, and the packing uses
+    every such slot; "g" adds 3-GPU tasks within the GPUs left free (infeasible, though the
+    GPUs in total would do); "g-ok" is the packing itself (feasible)."""
+    rng = random.Random(seed)
+    nodes: list[dict[str, Any]] = []
+    tasks: list[dict[str, float]] = []
+    spare = 0.0
+    for i in range(n_nodes):
+        kind = rng.choice(sorted(GPU_KINDS))
+        total = dict(GPU_KINDS[kind])
+        avail = dict(total)
+        if rng.random() < 0.2:
+            avail["CPU"] -= 4
+            avail["memory"] -= 32
+        nodes.append({"id": f"{kind}-{i:05d}", "total": total, "available": avail})
+        free = dict(avail)
+        for g in rng.choice(GPU_FILLS[kind]):
+            tasks.append({"CPU": 2 * g, "GPU": g, "memory": 16 * g})
+            free["GPU"] -= g
+            free["CPU"] -= 2 * g
+            free["memory"] -= 16 * g
+        spare += free["GPU"]
+        while free["CPU"] >= 8 and free["memory"] >= 48:
+            cpu = rng.choice([2, 4, 6])
+            tasks.append({"CPU": cpu, "memory": 8 * cpu})
+            free["CPU"] -= cpu
+            free["memory"] -= 8 * cpu
+    if not feasible:
+        extra = max(1, min(int(spare) // 3, rng.randint(1, 4)))
+        tasks += [{"CPU": 6, "GPU": 3, "memory": 48}] * extra
+    names = {json.dumps(t, sort_keys=True): t for t in tasks}
+    shape_names = {k: f"s{i}" for i, k in enumerate(sorted(names))}
+    shapes = {shape_names[k]: v for k, v in names.items()}
+    plan = _jobs([shape_names[json.dumps(t, sort_keys=True)] for t in tasks], rng, grouped, shapes)
+    return plan, {"nodes": nodes}, feasible
+
+
+P5_RES = ["CPU", "memory", "GPU", "disk", "net"]
+P5_TYPES = {
+    "p-a": (64, 256, 8, 2000, 100),
+    "p-b": (32, 128, 4, 1000, 50),
+    "p-c": (96, 384, 0, 3000, 100),
+}
+
+
+def _p5_catalogue(rng: random.Random, n: int) -> list[tuple[int, ...]]:
+    out: set[tuple[int, ...]] = set()
+    while len(out) < n:
+        shape = (
+            rng.randint(1, 16),
+            rng.choice([2, 4, 8, 16, 32, 64]),
+            rng.choice([0, 0, 0, 1, 2]),
+            rng.choice([50, 100, 200, 400]),
+            rng.choice([1, 2, 5, 10, 20]),
+        )
+        out.add(shape)
+    return sorted(out)
+
+
+def tight(n_nodes: int, seed: int, grouped: bool = True) -> tuple[Plan, Any, bool]:
+    """Five resources packed to 98-100% with ~100 distinct shapes: each node (of three
+    kinds) is filled from a random catalogue while some shape fits; then its capacity is
+    what its own tasks use over a factor of 0.98-1.0 per resource (feasible by
+    construction; about as many node types as nodes)."""
+    rng = random.Random(seed)
+    cat = _p5_catalogue(rng, 100)
+    nodes: list[dict[str, Any]] = []
+    tasks: list[str] = []
+    for i in range(n_nodes):
+        kind = rng.choice(sorted(P5_TYPES))
+        free = list(P5_TYPES[kind])
+        used = [0] * 5
+        while True:
+            fit = [s for s in cat if all(q <= f for q, f in zip(s, free, strict=True))]
+            if not fit:
+                break
+            s = rng.choice(fit)
+            tasks.append("x" + "-".join(map(str, s)))
+            for r in range(5):
+                free[r] -= s[r]
+                used[r] += s[r]
+        cap = [int(u / rng.uniform(0.98, 1.0)) for u in used]
+        nodes.append(
+            {"id": f"{kind}-{i:05d}", "total": {P5_RES[r]: cap[r] for r in range(5) if cap[r]}}
+        )
+    shapes = {
+        s: {P5_RES[r]: int(q) for r, q in enumerate(s[1:].split("-")) if int(q)} for s in set(tasks)
+    }
+    return _jobs(tasks, rng, grouped, shapes), {"nodes": nodes}, True
+
+
+def colouring(
+    n_tasks: int, n_nodes: int, pairs: int, clique: int, seed: int
+) -> tuple[Plan, Any, bool]:
+    """Pairwise anti-affinity as graph colouring: `n_tasks` single tasks, `pairs` random
+    `Separated` pairs between tasks of different hidden colours (one per node), nodes with
+    room for all; `clique` > 0 adds that many new tasks separated pairwise and each from
+    some tasks (infeasible when larger than the nodes)."""
+    rng = random.Random(seed)
+    colour = [i % n_nodes for i in range(n_tasks)]
+    rng.shuffle(colour)
+    plan = Plan()
+    names = [f"t{i:04d}" for i in range(n_tasks)]
+    for name in names:
+        plan.add_task(name, {"CPU": 1, "memory": 2}, source=f"service {name}")
+    seen: set[tuple[int, int]] = set()
+    while len(seen) < pairs:
+        a, b = rng.randrange(n_tasks), rng.randrange(n_tasks)
+        if colour[a] != colour[b] and (min(a, b), max(a, b)) not in seen:
+            seen.add((min(a, b), max(a, b)))
+    for a, b in sorted(seen):
+        src = f"AntiAffinity({names[a]}, {names[b]})"
+        plan.add_intent(Separated((names[a], names[b]), source=src))
+    members = [f"k{j}" for j in range(clique)]
+    for name in members:
+        plan.add_task(name, {"CPU": 1, "memory": 2}, source=f"service {name}")
+    for x, y in itertools.combinations(members, 2):
+        plan.add_intent(Separated((x, y), source=f"AntiAffinity({x}, {y})"))
+    cap = {"CPU": 2 * (n_tasks + clique), "memory": 4 * (n_tasks + clique)}
+    nodes = [{"id": f"n{i:03d}", "total": cap} for i in range(n_nodes)]
+    return plan, {"nodes": nodes}, clique <= n_nodes
+
+
 def baseline(plan: Plan, state: ClusterState, timeout: float) -> tuple[str, float]:
     """The straightforward aggregated encoding. Returns (verdict, seconds)."""
     t0 = time.perf_counter()
@@ -337,6 +480,87 @@ def instances(quick: bool, seed: int) -> list[tuple[str, int, Any]]:
         out.append(("m", n, lambda n=n: multi(n, seed, True)))
         out.append(("m-u", n, lambda n=n: multi(n, seed, False)))
     return out
+
+
+ENGINE_FAMILIES = ["g", "g-ok", "d", "t", "t-short", "p", "col", "col-k", "col-s", "col-l"]
+
+
+def engine_instances(seed: int, big: bool) -> list[tuple[str, int, Any]]:
+    """The families of the engine table: fragmentation with other GPU shapes (g, g-ok) and
+    family d at 100/1,000 (and 10,000 with `big`) nodes, zero-slack triplets, tight
+    5-resource packings, and graph colouring (120 tasks on 4 nodes with 600 separated
+    pairs, feasible; col-k: with a 5-clique; col-s: 30 tasks on 3 nodes with a 4-clique;
+    col-l: 1,000 tasks on 8 nodes with 5,000 pairs)."""
+    sizes = [100, 1000, 10000] if big else [100, 1000]
+    out: list[tuple[str, int, Any]] = []
+    for n in sizes:
+        out.append(("g", n, lambda n=n: gpus(n, seed, False)))
+        out.append(("g-ok", n, lambda n=n: gpus(n, seed, True)))
+        out.append(("d", n, lambda n=n: family(n, "d", seed)))
+    for n in [20, 167]:
+        out.append(("t", n, lambda n=n: triplets(n, seed, False, True)))
+        out.append(("t-short", n, lambda n=n: triplets(n, seed, True, True)))
+    for n in [20, 100, 1000]:
+        out.append(("p", n, lambda n=n: tight(n, seed)))
+    out.append(("col", 4, lambda: colouring(120, 4, 600, 0, seed)))
+    out.append(("col-k", 4, lambda: colouring(120, 4, 600, 5, seed)))
+    out.append(("col-s", 3, lambda: colouring(30, 3, 60, 4, seed)))
+    out.append(("col-l", 8, lambda: colouring(1000, 8, 5000, 0, seed)))
+    return out
+
+
+def _without_optional() -> None:
+    """This process as if only the required packages were installed: no orjson, msgspec
+    (file reading); the engines that need scipy or python-sat report themselves missing."""
+    from escher.verify import _arcflow, _graph
+
+    for name in ("orjson", "msgspec"):
+        sys.modules[name] = None  # type: ignore[assignment]
+    _arcflow.available = lambda: False  # type: ignore[assignment]
+    _graph._has_pysat = lambda: False  # type: ignore[assignment]
+
+
+def engines_table(args: argparse.Namespace, only: set[str]) -> bool:
+    """Every engine alone and the portfolio (every engine in its order), in process, on the
+    same instances; then the portfolio with the optional packages left out."""
+    from escher.verify._engine import ENGINES, decide
+
+    names = ["bounds", *ENGINES]
+    print(f"engines alone (--engine-timeout {args.engine_timeout} s each) and the portfolio:")
+    heads = [*names, "portfolio"]
+    print(f"{'family':>8} {'size':>14} {'expect':>10} " + " ".join(f"{e:>11}" for e in heads))
+    ok = True
+    rows: list[tuple[str, int, Plan, ClusterState, str]] = []
+    for fam, n, make in engine_instances(args.seed, args.big):
+        if (only and fam not in only) or not args.min_nodes <= n <= args.max_nodes:
+            continue
+        plan, cluster, feasible = make()
+        expect = "feasible" if feasible else "infeasible"
+        state = ClusterState.from_dict(cluster)
+        rows.append((fam, n, plan, state, expect))
+        cells = []
+        for e in [*names, "portfolio"]:
+            chosen = None if e == "portfolio" else frozenset({e})
+            t0 = time.perf_counter()
+            d = decide(plan, state, deadline=time.monotonic() + args.engine_timeout, engines=chosen)
+            took = time.perf_counter() - t0
+            mark = {"feasible": "F", "infeasible": "I"}.get(d.status, "?")
+            if d.status in ("feasible", "infeasible") and d.status != expect:
+                mark, ok = "WRONG", False
+            cells.append(f"{mark} {took:8.2f}")
+        replicas = sum(t.count for t in plan.tasks)
+        print(f"{fam:>8} {n:>6}x{replicas:<7} {expect:>10} " + " ".join(f"{c:>11}" for c in cells))
+        sys.stdout.flush()
+    _without_optional()
+    print("\nthe portfolio without the optional packages (scipy, python-sat, orjson, msgspec):")
+    for fam, n, plan, state, expect in rows:
+        t0 = time.perf_counter()
+        d = decide(plan, state, deadline=time.monotonic() + args.engine_timeout)
+        took = time.perf_counter() - t0
+        ok &= d.status in (expect, "unknown")
+        print(f"{fam:>8} {n:>6} {expect:>10} {d.status:>10} {took:8.2f}  {d.method}")
+        sys.stdout.flush()
+    return ok
 
 
 def _row(
@@ -451,7 +675,12 @@ def main() -> int:
     ap.add_argument(
         "--seeds", type=int, default=0, help="also run seeds 1..N of each family and size"
     )
+    ap.add_argument("--engines", action="store_true", help="only the table of each engine alone")
+    ap.add_argument("--engine-timeout", type=float, default=10.0, help="seconds per engine")
+    ap.add_argument("--big", action="store_true", help="10,000-node rows in the engine table")
     args = ap.parse_args()
+    if args.engines:
+        return 0 if engines_table(args, set(filter(None, args.only.split(",")))) else 1
     print(
         f"{'family':>8} {'size':>14} {'tasks':>6} {'expect':>10} {'escher':>10} "
         f"{'verdict':>8} {'default':>8} {'no-int':>8} {'intents':>7} {'baseline':>18} "

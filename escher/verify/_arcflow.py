@@ -87,7 +87,9 @@ def _arcs(cap: int, sizes: list[tuple[int, int, int]], exact: bool) -> list[Arc]
     return sorted(a for a in arcs if a[0] in good and a[1] in good)
 
 
-def _model(p: Problem, sp: _Space, dim: int, classes: list[int]) -> _Model | None:
+def _model(p: Problem, sp: _Space, dim: int, classes: list[int], deadline: float) -> _Model | None:
+    """The graphs of one dimension, or None (too many arcs, or `deadline` passed: building
+    them grows with the node types times the capacity)."""
     types = [t for t in range(len(p.types)) if p.types[t].nodes]
     caps = [sp.cap[t][dim] for t in range(len(p.types))]
     if any(caps[t] >= INF for t in types):
@@ -99,6 +101,8 @@ def _model(p: Problem, sp: _Space, dim: int, classes: list[int]) -> _Model | Non
     arcs: list[list[Arc]] = [[] for _ in p.types]
     total = 0
     for t in types:
+        if time.monotonic() > deadline:
+            return None
         sizes = sorted(
             ((c, sp.vec[c][dim], demand[c]) for c in classes if sp.ok[c][t]),
             key=lambda x: (-x[1], x[0]),
@@ -276,10 +280,10 @@ def solve(p: Problem, deadline: float) -> tuple[str, list[list[int]] | None]:
     whose classes load one dimension; ("unknown", None) when the model does not apply."""
     if not applicable(p):
         return ("unknown", None)
-    sp = _space(p)
+    sp = _space(p, deadline)
     if len(sp.cap[0]) != 1 or not sp.order:
         return ("unknown", None)
-    m = _model(p, sp, 0, list(sp.order))
+    m = _model(p, sp, 0, list(sp.order), deadline)
     if m is None:
         return ("unknown", None)
     quick = _exact_fills(m, deadline)
@@ -298,13 +302,15 @@ def project(p: Problem, deadline: float) -> frozenset[str] | None:
     """The statements of a dimension whose projection is infeasible, or None."""
     if not applicable(p):
         return None
-    sp = _space(p)
+    sp = _space(p, deadline)
     ndim = len(sp.cap[0]) if sp.cap else 0
     if ndim < 2:
         return None
     for d in range(ndim):
+        if time.monotonic() > deadline:
+            return None
         classes = [c for c in sp.order if sp.vec[c][d]]
-        m = _model(p, sp, d, classes) if classes else None
+        m = _model(p, sp, d, classes, deadline) if classes else None
         if m is None:
             continue
         status, _ = _run(m, deadline)

@@ -8,7 +8,11 @@
 * largest free slot: a replica (or co-located group) fits no node it may use;
 * per-resource totals: a simultaneous group asks for more of a resource than all nodes have;
 * Martello-Toth L2: for items that can only use nodes with one capacity C of a resource,
-  the L2 lower bound on the number of nodes they need exceeds the nodes there are.
+  the L2 lower bound on the number of nodes they need exceeds the nodes there are;
+* slots of size s (the dual feasible function floor(x / s), valid on nodes of any
+  capacities): a task asking x of a resource fills floor(x / s) slots of s, a node with
+  capacity C has floor(C / s), and the tasks fill more than the nodes have (fragmentation:
+  enough GPUs in total, too few nodes with 3 free at once).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import time
 from dataclasses import dataclass
 from itertools import accumulate
 
+from escher.verify._graph import clique_conflict
 from escher.verify._problem import Item, Problem, type_total
 
 
@@ -247,6 +252,59 @@ def _l2(p: Problem, g: str, r: int, its: list[Item]) -> Conflict | None:
     )
 
 
+#: Distinct request sizes of one resource tried as the slot size s, largest first.
+SLOT_SIZES = 64
+
+
+def slot_count_conflict(p: Problem) -> Conflict | None:
+    """Per resource and group: the tasks fill more slots of some size s than the nodes they
+    may use have (`floor` is superadditive, so a node of capacity C takes at most C // s)."""
+    by_res: dict[tuple[str, int], list[Item]] = {}
+    for it in p.items:
+        for g, load in it.loads.items():
+            for r in it.nonzero:
+                if load[r] and r not in p.created:
+                    by_res.setdefault((g, r), []).append(it)
+    for (g, r), its in sorted(by_res.items()):
+        found = _slots(p, g, r, its)
+        if found is not None:
+            return found
+    return None
+
+
+def _slots(p: Problem, g: str, r: int, its: list[Item]) -> Conflict | None:
+    nodes = _candidate_nodes(p, its)
+    caps: dict[int, int] = {}
+    for n in nodes:
+        c = p.cap[n][r]
+        if c is None:
+            return None
+        caps[c] = caps.get(c, 0) + 1
+    sizes: dict[int, int] = {}
+    for it in its:
+        sizes[it.loads[g][r]] = sizes.get(it.loads[g][r], 0) + it.mult
+    for s in sorted(sizes, reverse=True)[:SLOT_SIZES]:
+        filled = sum(k * (x // s) for x, k in sizes.items())
+        room = sum(k * (c // s) for c, k in caps.items())
+        if filled <= room:
+            continue
+        big = [it for it in its if it.loads[g][r] >= s]
+        gsid = p.groups[g]
+        core = {x for it in big for x in it.stmts | it.allowed_stmts}
+        core |= {p.cap_stmt(n, r) for n in nodes}
+        if gsid:
+            core.add(gsid)
+        q = p.quantity(r, s)
+        return Conflict(
+            "slot count",
+            frozenset(core),
+            f"{p.resources[r]}: the tasks asking {q} or more need {filled} slots of {q} "
+            f"(a task asking x fills x // {q}), but the nodes they may use have only {room} "
+            f"(a node with C free has C // {q})",
+        )
+    return None
+
+
 def limit_count_conflict(p: Problem) -> Conflict | None:
     """A separation/spread limit whose tasks outnumber `limit x the nodes they may use`."""
     tagged: dict[str, list[Item]] = {}
@@ -288,14 +346,33 @@ def _candidate_nodes(p: Problem, its: list[Item]) -> set[int]:
     return out
 
 
+def clique_check(p: Problem, deadline: float = math.inf) -> Conflict | None:
+    """Copies that must be pairwise apart (a clique of separations) outnumber their nodes."""
+    found = clique_conflict(p, min(deadline, time.monotonic() + CLIQUE_SECONDS))
+    if found is None:
+        return None
+    return Conflict("clique of separations", found.core, found.cause)
+
+
+#: Seconds the clique search of the pre-checks may take at most.
+CLIQUE_SECONDS = 0.2
+
+
 def precheck(p: Problem, deadline: float = math.inf) -> Conflict | None:
     """The first exact conflict the cheap checks find, or None (also when `deadline`, a
     `time.monotonic()` value, passes between them)."""
-    checks = (limit_conflict, limit_count_conflict, slot_conflict, totals_conflict, l2_conflict)
+    checks = (
+        limit_conflict,
+        limit_count_conflict,
+        slot_conflict,
+        totals_conflict,
+        l2_conflict,
+        slot_count_conflict,
+    )
     for check in checks:
         if time.monotonic() >= deadline:
             return None
         found = check(p)
         if found is not None:
             return found
-    return None
+    return clique_check(p, deadline)

@@ -233,7 +233,7 @@ def find(p: Problem, deadline: float) -> list[list[int]] | None:
     dive got stuck, ran out of time, or the problem is not one for the search."""
     if not applicable(p):
         return None
-    sp = _fold_private(p, _space(p))
+    sp = _fold_private(p, _space(p, deadline))
     s = _Search(p, sp, deadline)
     if not _l1_ok(s):
         return None

@@ -15,17 +15,18 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 
 from escher.core.cluster import ClusterState
 from escher.core.plan import Plan
 from escher.verify._bounds import precheck
 from escher.verify._dive import find
-from escher.verify._greedy import STRATEGIES, check, greedy
+from escher.verify._greedy import STRATEGIES, check, classes, greedy
 from escher.verify._model import build
 from escher.verify._problem import Item, Mods, Problem, Timeout, type_total
 from escher.verify._search import applicable, search
@@ -44,6 +45,22 @@ DIVE_SHARE = 0.3
 
 #: Share of the time left the arc-flow projections (a hunt for a conflict) may use.
 PROJECT_SHARE = 0.25
+
+#: Cells (classes x dimensions) past which the packing engines leave a problem alone.
+SPACE_LIMIT = 1_000_000
+
+#: Seconds past its deadline that the 0/1 model's thread is waited for (it is interrupted
+#: at the deadline; a solver answers an interrupt within milliseconds).
+SAT_GRACE = 1.0
+
+#: Share of the time left that the 0/1 model of a separation graph may use.
+GRAPH_SHARE = 0.5
+
+#: Share of the time left that each colouring heuristic (DSatur, Tabucol) may use, and
+#: its most seconds: Tabucol colours the planted 120-task colourings of the bench in
+#: under 0.1 s; past 2 s the SAT model is the better bet (docs/verify-engines.md).
+TABU_SHARE = 0.25
+TABU_SECONDS = 2.0
 
 #: Share of the time left that the exact search may use before the Z3 fallbacks run.
 SEARCH_SHARE = 0.8
@@ -92,7 +109,15 @@ class _Run:
     @cached_property
     def packing(self) -> _Packing | None:
         """The part of the problem the packing engines take (built once per decision)."""
-        return _packing(self.p)
+        return None if self.too_wide else _packing(self.p)
+
+    @cached_property
+    def too_wide(self) -> bool:
+        """The packing engines' table (classes x dimensions) would be too large to build in
+        time: 1,000 tasks under 5,000 separated pairs are 5 million cells, and building
+        them alone took 10 s past the deadline. The graph engine takes such problems."""
+        dims = len(self.p.resources) * len(self.p.groups) + len(self.p.limits)
+        return len(classes(self.p)) * dims > SPACE_LIMIT
 
     def timed(self, name: str, fn: Callable[[], _T]) -> _T:
         t0 = time.perf_counter()
@@ -127,11 +152,77 @@ def _greedy_stage(run: _Run) -> Decision | None:
     return None
 
 
+def _graph_stage(run: _Run) -> Decision | None:
+    """Pairwise separations as a graph: DSatur first (milliseconds), then Tabucol and the
+    exact 0/1 model side by side (the SAT solver releases the GIL): the first definite
+    answer wins and the other is stopped at once."""
+    from escher.verify import _graph
+
+    if not _graph.applicable(run.p):
+        return None
+    g = _graph.conflict_graph(run.p)
+    if g is None:
+        return None
+    until = time.monotonic() + min(TABU_SECONDS, max(0.0, run.left()) * TABU_SHARE)
+    fixed = run.timed("graph", partial(_graph.colour, run.p, g, until))
+    got = _around(run, fixed, "graph colouring (DSatur) + greedy")
+    if got is not None:
+        return got
+    sat_until = time.monotonic() + max(0.0, run.left()) * GRAPH_SHARE
+    stop_sat, stop_tabu = threading.Event(), threading.Event()
+    answer: list[tuple[str, Any]] = []
+
+    def sat() -> None:
+        try:
+            answer.append(_graph.solve(run.p, g, sat_until, run.memory_mb, stop_sat))
+        finally:
+            stop_tabu.set()
+
+    t0 = time.perf_counter()
+    worker = threading.Thread(target=sat, daemon=True)
+    worker.start()
+    got = None
+    try:
+        until = time.monotonic() + min(TABU_SECONDS, max(0.0, run.left()) * TABU_SHARE)
+        fixed = run.timed("graph", partial(_graph.tabu_colour, run.p, g, until, stop_tabu))
+        got = _around(run, fixed, "graph colouring (Tabucol) + greedy")
+    finally:
+        if got is not None:
+            stop_sat.set()
+        worker.join(timeout=max(0.0, sat_until - time.monotonic()) + SAT_GRACE)
+        stop_sat.set()
+        run.times["graph_sat"] = run.times.get("graph_sat", 0.0) + time.perf_counter() - t0
+    if got is not None:
+        return got
+    status, data = answer[0] if answer else ("unknown", "the SAT solver did not stop in time")
+    data = cast(Any, data)
+    if status == "unsat":
+        return run.infeasible(frozenset(data), "0/1 model (SAT)", _core_cause(run.p, data))
+    if status == "sat":
+        return run.found(data, "0/1 model (SAT)")
+    run.notes.append(f"0/1 model: {data}")
+    return None
+
+
+def _around(run: _Run, fixed: Placement | None, method: str) -> Decision | None:
+    """The other items placed around `fixed` by the greedy orders, checked."""
+    if fixed is None:
+        return None
+    for strategy in STRATEGIES:
+        placed = run.timed(
+            "graph", partial(greedy, run.p, deadline=run.deadline, strategy=strategy, fixed=fixed)
+        )
+        got = run.found(placed, method)
+        if got is not None:
+            return got
+    return None
+
+
 def _arcflow_stage(run: _Run) -> Decision | None:
     """The arc-flow model (HiGHS): exact for one dimension, else each dimension alone."""
     from escher.verify import _arcflow  # imported when first needed (SciPy), as are Z3's
 
-    if not _arcflow.available() or not applicable(run.p):
+    if not _arcflow.available() or not applicable(run.p) or run.too_wide:
         return None
     status, placement = run.timed("arcflow", lambda: _arcflow.solve(run.p, run.deadline))
     if status == "feasible":
@@ -385,6 +476,18 @@ def _unbuilt(plan: Plan, state: ClusterState, seconds: float) -> Decision:
     )
 
 
+#: The engines by name, for `decide(engines=...)` ("bounds" is the pre-checks).
+ENGINES: dict[str, Callable[[_Run], Decision | None]] = {
+    "greedy": _greedy_stage,
+    "graph": _graph_stage,
+    "dive": _dive_stage,
+    "arcflow": _arcflow_stage,
+    "z3-relaxed": _relaxed_stage,
+    "search": _search_stage,
+    "z3-exact": _exact_stage,
+}
+
+
 def decide(
     plan: Plan,
     state: ClusterState,
@@ -394,12 +497,15 @@ def decide(
     mods: Mods | None = None,
     memory_mb: int | None = None,
     fast: bool = True,
+    engines: frozenset[str] | None = None,
 ) -> Decision:
     """Decide one problem. Never runs past `deadline` by more than one solver call's slack.
 
     Args:
         fast: False skips the pre-checks, the greedy search and the packing search (to test
             the Z3 encodings alone).
+        engines: Only these engines (names of `ENGINES`; the bench runs each alone), the
+            pre-checks only when "bounds" is among them.
     """
     t0 = time.perf_counter()
     try:
@@ -408,12 +514,13 @@ def decide(
         return _unbuilt(plan, state, time.perf_counter() - t0)
     run = _Run(p, deadline, memory_mb)
     run.times["build"] = time.perf_counter() - t0
-    if fast:
+    if fast and (engines is None or "bounds" in engines):
         conflict = run.timed("precheck", lambda: precheck(p, deadline))
         if conflict is not None:
             return run.infeasible(conflict.core, conflict.method, conflict.cause)
     stages = [
         _greedy_stage,
+        _graph_stage,
         _dive_stage,
         _arcflow_stage,
         _relaxed_stage,
@@ -422,9 +529,12 @@ def decide(
         _exact_stage,
     ]
     if sum(it.mult for it in p.items) <= SMALL:
-        stages = [_greedy_stage, _exact_stage, _relaxed_stage, _search_stage]
+        stages = [_greedy_stage, _graph_stage, _exact_stage, _relaxed_stage, _search_stage]
     if not fast:
         stages = [_relaxed_stage, _exact_stage]
+    if engines is not None:
+        chosen = {ENGINES[e] for e in engines if e in ENGINES}
+        stages = [st for st in stages if st in chosen]
     try:
         for stage in stages:
             if run.left() <= 0:

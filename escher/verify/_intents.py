@@ -13,6 +13,7 @@ the sub-plan (labels and task names renamed), so a policy used many times is pro
 from __future__ import annotations
 
 import itertools
+import operator
 import time
 from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import dataclass
@@ -70,11 +71,10 @@ def intent_subplan(plan: Plan, intent: Intent) -> Plan:
         if res.label in labels:
             sub.resources.append(res)
     sub.tasks.extend(tasks)
-    for other in plan.intents:
-        if isinstance(other, Gang) and not other.preferred:
-            names = tuple(n for n in other.tasks if n in keep)
-            if names:
-                sub.intents.append(Gang(names, source=other.source))
+    for other in _gangs(plan):
+        names = tuple(n for n in other.tasks if n in keep)
+        if names:
+            sub.intents.append(Gang(names, source=other.source))
     return sub
 
 
@@ -87,6 +87,26 @@ def _takers(plan: Plan, makers: Mapping[str, list[str]]) -> dict[str, list[str]]
                 if r in makers:
                     takers.setdefault(r, []).append(t.name)
     return takers
+
+
+_gang_memo: list[tuple[Plan, tuple[Intent, ...], list[Gang]]] = []
+
+
+def _gangs(plan: Plan) -> list[Gang]:
+    """The plan's required gangs (remembered for the last plan while its intents stay the
+    same: a sub-plan per intent read them all, quadratic in the intents)."""
+    intents = plan.intents
+    if _gang_memo:
+        known, known_intents, gangs = _gang_memo[0]
+        if (
+            known is plan
+            and len(known_intents) == len(intents)
+            and all(map(operator.is_, known_intents, intents))
+        ):
+            return gangs
+    gangs = [g for g in intents if isinstance(g, Gang) and not g.preferred]
+    _gang_memo[:] = [(plan, tuple(intents), gangs)]
+    return gangs
 
 
 def _classes(sub: Plan, names: list[str]) -> list[list[PlannedTask]]:

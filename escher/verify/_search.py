@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from escher.verify._greedy import classes
-from escher.verify._problem import Item, Problem
+from escher.verify._problem import Item, Problem, Timeout
 
 #: Maximal fills tried per (node type, step) before the search stops being exhaustive.
 FILL_LIMIT = 200
@@ -79,7 +79,9 @@ def _fits_alone(p: Problem, it: Item, t: int) -> bool:
     return all(not q or nt.cap[r] is None or q <= (nt.cap[r] or 0) for r, q in enumerate(it.single))
 
 
-def _space(p: Problem) -> _Space:
+def _space(p: Problem, deadline: float = float("inf")) -> _Space:
+    """The problem as classes x dimensions. Raises `Timeout` once `deadline` passes (with
+    many node types, which node types each class fits alone is most of the cost)."""
     groups = list(classes(p).values())
     cls = [p.items[g[0]] for g in groups]
     dims = _dims(p, cls)
@@ -102,7 +104,11 @@ def _space(p: Problem) -> _Space:
                 c = nt.cap[int(r)]
                 row.append(INF if c is None else c)
         cap.append(row)
-    ok = [[_fits_alone(p, it, t) for t in range(len(p.types))] for it in cls]
+    ok = []
+    for it in cls:
+        if time.monotonic() > deadline:
+            raise Timeout
+        ok.append([_fits_alone(p, it, t) for t in range(len(p.types))])
     kmax = [
         [
             min((cap[t][d] // v for d, v in enumerate(vec[c]) if v), default=INF) if ok[c][t] else 0
@@ -489,7 +495,10 @@ def search(p: Problem, deadline: float) -> tuple[str, list[list[int]] | None]:
     """
     if not applicable(p):
         return ("unknown", None)
-    sp = _fold_private(p, _space(p))
+    try:
+        sp = _fold_private(p, _space(p, deadline))
+    except Timeout:
+        return ("unknown", None)
     s = _Search(p, sp, deadline)
     if s.done():
         return ("feasible", _placement(p, sp, []))

@@ -291,8 +291,15 @@ class Verifier:
             if time.monotonic() >= self.deadline:
                 break
             shapes[i] = prover.shape(i)
+        # pending intents per shape not proven yet: each such shape gets a share of the time
+        # (kept as counts: recounting the shapes per intent was quadratic in the intents)
+        waiting: dict[Any, int] = {}
+        for i in pending:
+            if i in shapes:
+                waiting[shapes[i]] = waiting.get(shapes[i], 0) + 1
+        pending.reverse()  # popped from the end, in the plan's order
         while pending:
-            index = pending.pop(0)
+            index = pending.pop()
             left = self.deadline - time.monotonic()
             if left <= 0 or index not in shapes:
                 r = IntentResult(
@@ -301,9 +308,14 @@ class Verifier:
                     detail="timed out: no time was left for this proof (raise --timeout)",
                 )
             else:
-                todo = {shapes[i] for i in [index, *pending] if i in shapes and not prover.known(i)}
-                until = time.monotonic() + left / max(1, len(todo))
+                todo = sum(1 for k in waiting if k not in prover.cache)
+                until = time.monotonic() + left / max(1, todo)
                 r = prover.prove(index, deadline=until)
+            if index in shapes:
+                key = shapes[index]
+                waiting[key] -= 1
+                if not waiting[key]:
+                    del waiting[key]
             self._intents.append(r)
             yield r
         self._times["intents"] = time.perf_counter() - t0

@@ -4,7 +4,7 @@ operators make (the enumeration tests check the verdicts)."""
 from __future__ import annotations
 
 import z3
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from escher.verify import _smt
@@ -17,6 +17,7 @@ def _enc(count: int, bins: int) -> _smt._Enc:
     return e
 
 
+@settings(deadline=None)  # a loaded machine must not fail it: no wall-clock limit
 @given(
     terms=st.lists(st.tuples(st.integers(-(10**20), 10**20), st.integers(0, 3)), min_size=1),
     bound=st.integers(-(10**20), 10**20),

@@ -1,0 +1,631 @@
+"""Pairwise separation as a graph: a clique bound, a DSatur colouring, and a SAT model.
+
+Many small `Separated` intents (and per-node limits of 1) make a conflict graph: a vertex per
+copy of an item under such a limit, an edge between two copies that may not share a node.
+Nodes are the colours.
+
+* `clique_conflict`: a clique larger than the nodes its copies may use is infeasible at
+  once; the cause names the clique's tasks and the core holds the separations of its edges.
+* `colour`: DSatur (the copy whose neighbours already use the most nodes first) that also
+  respects capacities and every per-node limit, then the greedy orders for the other items;
+  a witness for the independent checker.
+* `tabu_colour`: Tabucol, a local search over colourings, for planted colourings DSatur
+  misses;
+* `solve`: the exact 0/1 model (a Boolean per copy and node it may use; clauses and
+  cardinalities for Glucose, or pseudo-Boolean capacities for Z3's SAT engine), with the
+  nodes of one clique fixed when all nodes are interchangeable (symmetry breaking); UNSAT
+  comes with the statements of its core.
+
+Only for problems without task-created resources or domain rules (the other engines take
+those).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from escher.verify._problem import Problem
+from escher.verify._witness import Placement
+
+#: The python-sat solver of the 0/1 model: Glucose 4 stops when interrupted (CaDiCaL 1.9
+#: there does not, so a deadline could not be kept), and solved the colourings measured
+#: in docs/verify-engines.md as fast.
+SAT_SOLVER = "glucose4"
+
+#: Largest number of (copy, node) Booleans the SAT model is built with.
+SAT_LIMIT = 60_000
+
+#: Vertices the clique search starts from (the highest degrees).
+CLIQUE_STARTS = 200
+
+#: Copies and edges in the graph at most (beyond that, the graph engines leave the problem
+#: alone: one `Separated` over 1,000 replicas alone would be 499,500 edges, and the
+#: separation-vs-node-count pre-check already decides such a set).
+GRAPH_LIMIT = 20_000
+EDGE_LIMIT = 200_000
+
+
+@dataclass
+class Graph:
+    """The conflict graph of a problem's per-node limits of one.
+
+    Attributes:
+        item: Item index of each vertex (one vertex per copy).
+        adj: Neighbours of each vertex.
+        why: (u, v) with u < v -> the statement of a limit that separates them (or None).
+    """
+
+    item: list[int]
+    adj: list[set[int]]
+    why: dict[tuple[int, int], str | None]
+
+    @property
+    def edges(self) -> int:
+        """How many edges there are."""
+        return len(self.why)
+
+
+def applicable(p: Problem) -> bool:
+    """The graph engines take this problem: no creations, no domain rules, limits of one."""
+    return (
+        not p.created
+        and not p.rules
+        and bool(p.types)
+        and any(lim == 1 for lim, _ in p.limits.values())
+    )
+
+
+def conflict_graph(p: Problem) -> Graph | None:
+    """The graph of copies under limits of one per node, or None when there is no edge or
+    it is larger than `GRAPH_LIMIT` copies or `EDGE_LIMIT` edges."""
+    found = _vertices(p)
+    if found is None:
+        return None
+    item, by_limit = found
+    if sum(len(vs) * (len(vs) - 1) // 2 for vs in by_limit.values()) > EDGE_LIMIT:
+        return None
+    adj: list[set[int]] = [set() for _ in item]
+    why: dict[tuple[int, int], str | None] = {}
+    for lid, vs in by_limit.items():
+        sid = p.limits[lid][1]
+        for a, u in enumerate(vs):
+            for w in vs[a + 1 :]:
+                adj[u].add(w)
+                adj[w].add(u)
+                if why.get((u, w)) is None:
+                    why[(u, w)] = sid
+    return Graph(item, adj, why) if why else None
+
+
+def _vertices(p: Problem) -> tuple[list[int], dict[str, list[int]]] | None:
+    """The item of each vertex (a copy under a limit of one), and each such limit's
+    vertices; None past `GRAPH_LIMIT` copies."""
+    pair_limits = {lid for lid, (lim, _) in p.limits.items() if lim == 1}
+    item: list[int] = []
+    by_limit: dict[str, list[int]] = {}
+    for i, it in enumerate(p.items):
+        lids = [lid for lid in it.tags if lid in pair_limits and it.tags[lid] >= 1]
+        if not lids:
+            continue
+        if len(item) + it.mult > GRAPH_LIMIT:
+            return None
+        for _ in range(it.mult):
+            for lid in lids:
+                by_limit.setdefault(lid, []).append(len(item))
+            item.append(i)
+    return item, by_limit
+
+
+def _nodes_of(p: Problem, i: int) -> set[int]:
+    allowed = p.items[i].allowed
+    return set(range(len(p.node_ids))) if allowed is None else set(allowed)
+
+
+def max_clique(g: Graph, deadline: float) -> list[int]:
+    """A large clique: greedily grown from the highest-degree vertices."""
+    order = sorted(range(len(g.item)), key=lambda v: -len(g.adj[v]))
+    best: list[int] = []
+    for v in order[:CLIQUE_STARTS]:
+        if len(g.adj[v]) + 1 <= len(best) or time.monotonic() > deadline:
+            break
+        clique = [v]
+        cand = set(g.adj[v])
+        while cand:
+            # the candidate with the most neighbours among the other candidates
+            w = max(cand, key=lambda u: (len(g.adj[u] & cand), -u))
+            clique.append(w)
+            cand &= g.adj[w]
+        if len(clique) > len(best):
+            best = clique
+    return best
+
+
+@dataclass(frozen=True)
+class CliqueConflict:
+    """Copies that must all be on different nodes, more than the nodes they may use."""
+
+    core: frozenset[str]
+    cause: str
+
+
+def clique_conflict(p: Problem, deadline: float) -> CliqueConflict | None:
+    """A clique of the conflict graph larger than the nodes its copies may use."""
+    if not applicable(p):
+        return None
+    g = conflict_graph(p)
+    if g is None:
+        return None
+    clique = max_clique(g, deadline)
+    nodes: set[int] = set()
+    for v in clique:
+        nodes |= _nodes_of(p, g.item[v])
+    if len(clique) <= len(nodes):
+        return None
+    core = clique_statements(p, g, clique)
+    names = _task_names(p, [g.item[v] for v in clique])
+    return CliqueConflict(
+        frozenset(core),
+        f"{len(clique)} tasks must each run on a different node ({names}: every two of "
+        f"them are separated), but they may use only {len(nodes)} nodes",
+    )
+
+
+def _task_names(p: Problem, items: list[int]) -> str:
+    names: list[str] = []
+    for i in dict.fromkeys(items):
+        for u, _ in p.items[i].members:
+            names += [t for t, _ in p.units.get(u, [(u, 0)])]
+    shown = ", ".join(repr(t) for t in names[:6])
+    return shown + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+
+
+def colour(p: Problem, g: Graph, deadline: float) -> Placement | None:
+    """DSatur over the graph's copies, capacity- and limit-aware; None when some copy finds
+    no node. The other items are left to the caller (`fixed` placement)."""
+    from escher.verify._greedy import _Packer
+
+    packer = _Packer(p)
+    n_nodes = len(p.node_ids)
+    placed: list[int] = [-1] * len(g.item)
+    seen: list[set[int]] = [set() for _ in g.item]  # nodes the neighbours use
+    left = set(range(len(g.item)))
+    load = [0] * n_nodes
+    while left:
+        if time.monotonic() > deadline:
+            return None
+        v = max(left, key=lambda u: (len(seen[u]), len(g.adj[u]), -u))
+        it = p.items[g.item[v]]
+        options = [
+            n
+            for n in (range(n_nodes) if it.allowed is None else sorted(it.allowed))
+            if n not in seen[v] and packer.fit(it, n, 1) >= 1
+        ]
+        if not options:
+            return None
+        # the node the fewest uncoloured neighbours could still use, then the least loaded
+        n = min(options, key=lambda m: (sum(1 for u in g.adj[v] if u in left), load[m], m))
+        packer.place(it, n, 1)
+        placed[v] = n
+        load[n] += 1
+        left.discard(v)
+        for u in g.adj[v]:
+            seen[u].add(n)
+    out: Placement = [[] for _ in p.items]
+    for v, n in enumerate(placed):
+        out[g.item[v]].append(n)
+    return out
+
+
+@dataclass
+class _Model:
+    """The 0/1 model, solver-neutral: Booleans are ints 1..n; every constraint carries the
+    statements it comes from (it holds only while they are all in force)."""
+
+    n: int = 0
+    x: list[list[dict[int, int]]] = field(default_factory=list)  # item -> copy -> node -> var
+    clauses: list[tuple[list[int], frozenset[str]]] = field(default_factory=list)
+    atmost: list[tuple[list[int], int, frozenset[str]]] = field(default_factory=list)
+    pb: list[tuple[list[tuple[int, int]], int, frozenset[str]]] = field(default_factory=list)
+    units: list[int] = field(default_factory=list)  # fixed true (symmetry breaking)
+
+    def var(self) -> int:
+        self.n += 1
+        return self.n
+
+
+def _build(
+    p: Problem, g: Graph, cands: list[tuple[list[int], frozenset[str]]], deadline: float
+) -> tuple[_Model, list[int]] | None:
+    m = _Model()
+    for i, it in enumerate(p.items):
+        rows = []
+        why = frozenset(it.stmts | it.allowed_stmts | cands[i][1])
+        for _ in range(it.mult):
+            row = {n: m.var() for n in cands[i][0]}
+            m.clauses.append((list(row.values()), why))
+            if len(row) > 1:
+                m.atmost.append((list(row.values()), 1, frozenset()))
+            rows.append(row)
+        m.x.append(rows)
+    if not _rows(p, m, deadline):
+        return None
+    fixed, clique = _symmetry(p, g, [c for c, _ in cands])
+    m.units = [m.x[i][k][n] for i, k, n in fixed]
+    return m, clique
+
+
+def solve(
+    p: Problem,
+    g: Graph,
+    deadline: float,
+    memory_mb: int | None = None,
+    stop: threading.Event | None = None,
+) -> tuple[str, Any]:
+    """The exact 0/1 model: Glucose 4 (python-sat) when every constraint is a clause or a
+    cardinality, else Z3's SAT engine with pseudo-Boolean constraints.
+
+    `stop`, when set from another thread, interrupts the solver at once (another engine
+    answered first).
+
+    Returns:
+        ("sat", placement) | ("unsat", statement ids of a core) | ("unknown", reason).
+    """
+    stop = stop or threading.Event()
+    cands = [_candidates(p, i) for i in range(len(p.items))]
+    size = sum(it.mult * len(cands[i][0]) for i, it in enumerate(p.items))
+    if size > SAT_LIMIT:
+        return ("unknown", f"too large for the 0/1 model ({size} copy-node pairs)")
+    built = _build(p, g, cands, deadline)
+    if built is None or time.monotonic() > deadline:
+        return ("unknown", "timeout while building the 0/1 model")
+    m, clique = built
+    if stop.is_set():
+        return ("unknown", "stopped: another engine answered first")
+    if not m.pb and _has_pysat():
+        solved = _clauses(m, deadline, stop)
+    else:
+        solved = _z3(m, deadline, memory_mb, stop)
+    status, data = solved
+    if status == "unsat":
+        # the fixed nodes assume the clique's copies apart: its statements join the core
+        return ("unsat", set(data) | (clique_statements(p, g, clique) if m.units else set()))
+    if status != "sat":
+        return solved
+    true: set[int] = data
+    out: Placement = [[] for _ in p.items]
+    for i, rows in enumerate(m.x):
+        for row in rows:
+            on = [n for n, v in row.items() if v in true]
+            if not on:
+                return ("unknown", "the model left a copy unplaced")
+            out[i].append(on[0])
+    return ("sat", out)
+
+
+def _has_pysat() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("pysat") is not None
+
+
+def _selectors(m: _Model, first: int) -> dict[frozenset[str], int]:
+    """A selector variable per distinct non-empty set of statements (from `first` on)."""
+    sets = {why for _, why in m.clauses} | {why for *_, why in m.atmost} | {w for *_, w in m.pb}
+    ordered = sorted((why for why in sets if why), key=sorted)
+    return {why: first + k for k, why in enumerate(ordered)}
+
+
+def _watch(
+    stop: threading.Event, done: threading.Event, seconds: float, interrupt: Any
+) -> threading.Thread:
+    """A daemon thread that calls `interrupt` once `stop` is set or `seconds` have passed,
+    unless `done` (the solver returned) came first; it looks every 10 ms."""
+
+    def run() -> None:
+        until = time.monotonic() + max(0.0, seconds)
+        while not done.is_set():
+            if stop.is_set() or time.monotonic() >= until:
+                interrupt()
+                return
+            done.wait(0.01)
+
+    watcher = threading.Thread(target=run, daemon=True)
+    watcher.start()
+    return watcher
+
+
+def _clauses(m: _Model, deadline: float, stop: threading.Event) -> tuple[str, Any]:
+    """Clauses and cardinalities (sequential counters) for Glucose 4, with a selector per set
+    of statements as assumptions; interrupted at `deadline` or when `stop` is set (Glucose
+    releases the GIL while it solves, so other engines run meanwhile)."""
+    from pysat.card import CardEnc, EncType
+    from pysat.solvers import Solver
+
+    top = m.n
+    cards = []
+    for lits, k, why in m.atmost:
+        enc = CardEnc.atmost(lits, bound=k, top_id=top, encoding=EncType.seqcounter)
+        top = max(top, enc.nv)
+        cards.append((enc.clauses, why))
+    sel = _selectors(m, top + 1)
+    with Solver(name=SAT_SOLVER) as s:
+        for lits, why in m.clauses:
+            s.add_clause(lits + ([-sel[why]] if why else []))
+        for clauses, why in cards:
+            for c in clauses:
+                s.add_clause(c + ([-sel[why]] if why else []))
+        for u in m.units:
+            s.add_clause([u])
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return ("unknown", "timeout while building the 0/1 model")
+        done = threading.Event()
+        watcher = _watch(stop, done, left, s.interrupt)
+        try:
+            res = s.solve_limited(assumptions=list(sel.values()), expect_interrupt=True)
+        finally:
+            done.set()
+            watcher.join(timeout=5.0)
+        if res is None:
+            return ("unknown", "time limit reached in the SAT solver")
+        if res:
+            model = s.get_model() or []
+            return ("sat", {v for v in model if 0 < v <= m.n})
+        back = {v: why for why, v in sel.items()}
+        core: set[str] = set()
+        for v in s.get_core() or []:
+            core |= back.get(v, frozenset())
+        return ("unsat", core)
+
+
+def _z3(
+    m: _Model, deadline: float, memory_mb: int | None, stop: threading.Event
+) -> tuple[str, Any]:
+    """The model for Z3's SAT engine (pseudo-Boolean constraints natively)."""
+    import z3
+
+    ctx = z3.Context()
+    s = z3.SolverFor("QF_FD", ctx=ctx)
+    if memory_mb:
+        s.set("max_memory", int(memory_mb))
+    b = [z3.BoolVal(True, ctx)] + [z3.Bool(f"x{v}", ctx) for v in range(1, m.n + 1)]
+    sel = {why: z3.Bool(f"s{k}", ctx) for why, k in _selectors(m, 0).items()}
+
+    def lit(v: int) -> Any:
+        return b[v] if v > 0 else z3.Not(b[-v])
+
+    def add(fact: Any, why: frozenset[str]) -> None:
+        s.add(z3.Implies(sel[why], fact) if why else fact)
+
+    for lits, why in m.clauses:
+        add(z3.Or(*(lit(v) for v in lits)), why)
+    for lits, k, why in m.atmost:
+        add(z3.AtMost(*(lit(v) for v in lits), k), why)
+    for terms, k, why in m.pb:
+        add(z3.PbLe([(lit(v), q) for v, q in terms], k), why)
+    for u in m.units:
+        s.add(lit(u))
+    left = deadline - time.monotonic()
+    if left <= 0:
+        return ("unknown", "timeout while building the 0/1 model")
+    s.set("timeout", max(1, int(left * 1000)))
+    done = threading.Event()
+    watcher = _watch(stop, done, left + 1.0, ctx.interrupt)
+    try:
+        res = s.check(*sel.values())
+    finally:
+        done.set()
+        watcher.join(timeout=5.0)
+    if res == z3.unsat:
+        back = {v.get_id(): why for why, v in sel.items()}
+        core: set[str] = set()
+        for c in s.unsat_core():
+            core |= back.get(c.get_id(), frozenset())
+        return ("unsat", core)
+    if res != z3.sat:
+        return ("unknown", str(s.reason_unknown()) or "the SAT engine gave up")
+    model = s.model()
+    return ("sat", {v for v in range(1, m.n + 1) if z3.is_true(model.eval(b[v], True))})
+
+
+def _candidates(p: Problem, i: int) -> tuple[list[int], frozenset[str]]:
+    """Nodes item `i` may use and fits alone on, and the statements that leave the others
+    out (capacities too small, limits below one copy's count)."""
+    it = p.items[i]
+    out = []
+    why: set[str] = set()
+    over = [
+        p.limits[lid][1] for lid, k in it.tags.items() if lid in p.limits and k > p.limits[lid][0]
+    ]
+    for n in sorted(_nodes_of(p, i)):
+        caps = p.cap[n]
+        short = [r for r in it.nonzero if caps[r] is not None and it.need(r) > (caps[r] or 0)]
+        if not short and not over:
+            out.append(n)
+            continue
+        why |= {p.cap_stmt(n, r) for r in short}
+        why |= {sid for sid in over if sid}
+    return out, frozenset(why)
+
+
+def _rows(p: Problem, m: _Model, deadline: float) -> bool:
+    """Capacities per (node, group, resource) and limits per (node, limit); False when
+    `deadline` passed first. Each row looks only at the items that load it."""
+    loaders: dict[tuple[str, int], list[int]] = {}
+    tagged: dict[str, list[int]] = {}
+    for i, it in enumerate(p.items):
+        for grp, load in it.loads.items():
+            for r in it.nonzero:
+                if load[r]:
+                    loaders.setdefault((grp, r), []).append(i)
+        for lid in it.tags:
+            if lid in p.limits:
+                tagged.setdefault(lid, []).append(i)
+    for n in range(len(p.node_ids)):
+        if time.monotonic() > deadline:
+            return False
+        nt = p.types[p.node_type[n]]
+        for (grp, r), idx in loaders.items():
+            cap = p.cap[n][r]
+            if cap is None:
+                continue
+            terms = [(row[n], p.items[i].loads[grp][r]) for i in idx for row in m.x[i] if n in row]
+            why = frozenset(s for s in (nt.capsrc[r], p.groups[grp]) if s)
+            _row(m, terms, cap, why)
+        for lid, idx in tagged.items():
+            lim, sid = p.limits[lid]
+            terms = [(row[n], p.items[i].tags[lid]) for i in idx for row in m.x[i] if n in row]
+            _row(m, terms, lim, frozenset({sid} if sid else ()))
+    return True
+
+
+def _row(m: _Model, terms: list[tuple[int, int]], bound: int, why: frozenset[str]) -> None:
+    """`sum(q x) <= bound`: a clause for a separated pair, a cardinality for equal weights,
+    else pseudo-Boolean."""
+    if not terms or sum(q for _, q in terms) <= bound:
+        return
+    sizes = {q for _, q in terms}
+    if len(sizes) > 1:
+        m.pb.append((terms, bound, why))
+        return
+    k = bound // sizes.pop()
+    lits = [v for v, _ in terms]
+    if k == 0:
+        m.clauses.extend(([-v], why) for v in lits)
+    elif k == 1 and len(lits) == 2:
+        m.clauses.append(([-lits[0], -lits[1]], why))
+    else:
+        m.atmost.append((lits, k, why))
+
+
+def _symmetry(
+    p: Problem, g: Graph, cands: list[list[int]]
+) -> tuple[list[tuple[int, int, int]], list[int]]:
+    """(item, copy, node) fixed by symmetry, and the clique behind them: when all nodes are
+    one type and every copy may use every node, the copies of a clique take the first nodes
+    in order (any placement that keeps the clique apart can be renamed so)."""
+    n_nodes = len(p.node_ids)
+    if len(p.types) != 1 or any(len(c) != n_nodes for c in cands):
+        return [], []
+    clique = max_clique(g, time.monotonic() + 0.05)
+    if len(clique) > n_nodes:
+        return [], []
+    copy_of: dict[int, int] = {}
+    seen: dict[int, int] = {}
+    for v, i in enumerate(g.item):
+        copy_of[v] = seen.get(i, 0)
+        seen[i] = copy_of[v] + 1
+    return [(g.item[v], copy_of[v], node) for node, v in enumerate(clique)], clique
+
+
+def clique_statements(p: Problem, g: Graph, clique: list[int]) -> set[str]:
+    """The statements that keep a clique's copies apart: its tasks and its edges."""
+    core: set[str] = set()
+    for v in clique:
+        it = p.items[g.item[v]]
+        core |= it.stmts | it.allowed_stmts
+    for a, u in enumerate(clique):
+        for w in clique[a + 1 :]:
+            sid = g.why[(min(u, w), max(u, w))]
+            if sid:
+                core.add(sid)
+    return core
+
+
+#: Steps a vertex may not go back to the node it left: TABU_FACTOR x the conflicting
+#: vertices plus a random 0..TABU_RANDOM-1 (Galinier and Hao's tenure).
+TABU_FACTOR = 0.6
+TABU_RANDOM = 10
+
+
+def tabu_colour(
+    p: Problem, g: Graph, deadline: float, stop: threading.Event | None = None, seed: int = 0
+) -> Placement | None:
+    """Tabucol (Hertz and de Werra; Galinier and Hao's tenure): a local search over
+    colourings (nodes) that moves one conflicting copy at a time to the node with the fewest
+    conflicts, not back to a node it left recently unless that gives the fewest conflicts
+    yet. Planted colourings that DSatur misses are found in a fraction of a second. Ignores
+    capacities; the caller checks the placement. None at `deadline` or once `stop` is set."""
+    nodes = [sorted(_nodes_of(p, g.item[v])) for v in range(len(g.item))]
+    if any(not ns for ns in nodes):
+        return None
+    tabu = _Tabu(g, nodes, len(p.node_ids), seed)
+    while tabu.bad:
+        if tabu.step & 255 == 0 and (
+            time.monotonic() > deadline or (stop is not None and stop.is_set())
+        ):
+            return None
+        tabu.move()
+    out: Placement = [[] for _ in p.items]
+    for v, n in enumerate(tabu.col):
+        out[g.item[v]].append(n)
+    return out
+
+
+class _Tabu:
+    """The state of a Tabucol run: a node per copy, and per copy and node how many
+    neighbours are there."""
+
+    def __init__(self, g: Graph, nodes: list[list[int]], n_nodes: int, seed: int) -> None:
+        import random
+
+        self.rng = random.Random(seed)
+        self.nodes = nodes
+        self.adj = [list(a) for a in g.adj]
+        self.col = [self.rng.choice(ns) for ns in nodes]
+        self.gamma = [[0] * n_nodes for _ in nodes]
+        for v, near in enumerate(self.adj):
+            for u in near:
+                self.gamma[v][self.col[u]] += 1
+        self.bad = {v for v in range(len(nodes)) if self.gamma[v][self.col[v]]}
+        self.tabu: dict[tuple[int, int], int] = {}
+        self.step = 0
+        self.conflicts = sum(self.gamma[v][self.col[v]] for v in range(len(nodes))) // 2
+        self.fewest = self.conflicts
+
+    def move(self) -> None:
+        self.step += 1
+        best, moves = self._best_moves()
+        if best is None:
+            return
+        v, c = self.rng.choice(moves)
+        old = self.col[v]
+        self.tabu[(v, old)] = (
+            self.step + int(TABU_FACTOR * len(self.bad)) + self.rng.randrange(TABU_RANDOM)
+        )
+        self.col[v] = c
+        self.conflicts += best
+        self.fewest = min(self.fewest, self.conflicts)
+        gamma, col, bad = self.gamma, self.col, self.bad
+        for u in self.adj[v]:
+            gamma[u][old] -= 1
+            gamma[u][c] += 1
+            if gamma[u][col[u]]:
+                bad.add(u)
+            else:
+                bad.discard(u)
+        if gamma[v][c]:
+            bad.add(v)
+        else:
+            bad.discard(v)
+
+    def _best_moves(self) -> tuple[int | None, list[tuple[int, int]]]:
+        best: int | None = None
+        moves: list[tuple[int, int]] = []
+        step, tabu, floor = self.step, self.tabu, self.fewest - self.conflicts
+        for v in self.bad:
+            gv, cv = self.gamma[v], self.col[v]
+            for c in self.nodes[v]:
+                if c == cv:
+                    continue
+                delta = gv[c] - gv[cv]
+                if delta >= floor and tabu.get((v, c), 0) > step:
+                    continue  # tabu, unless it gives the fewest conflicts yet
+                if best is None or delta < best:
+                    best, moves = delta, [(v, c)]
+                elif delta == best:
+                    moves.append((v, c))
+        return best, moves
