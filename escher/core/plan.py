@@ -186,6 +186,15 @@ class PinnedTo(Intent):
     def describe(self) -> str:
         return _soft(self, f"({', '.join(self.tasks)}) only on {', '.join(self.nodes)}")
 
+    def admits_like(self, node: str) -> bool:
+        """Would a new node alike to `node` (same labels and capacity) be listed too?
+
+        False here: nodes are listed by id. Subclasses that list nodes by a rule on their
+        labels (a Kubernetes nodeSelector, say) answer for their rule; a repair that adds
+        nodes asks.
+        """
+        return False
+
 
 INTENT_KINDS: Mapping[str, type[Intent]] = {
     cls.kind: cls for cls in (Colocated, Separated, Gang, SpreadAtMost, SpreadEvenly, PinnedTo)

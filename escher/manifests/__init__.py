@@ -26,6 +26,7 @@ from escher.manifests._emit import APPLY_ORDER, emit_placement
 from escher.manifests._files import load_manifests
 from escher.manifests._filters import Exclusion, NodeFilter
 from escher.manifests._live import read_cluster
+from escher.manifests._repairs import NodeReturned, manifest_repairs
 from escher.manifests._translate import Translation, translate
 from escher.manifests._workloads import (
     ManifestError,
@@ -43,6 +44,7 @@ __all__ = [
     "ManifestCheck",
     "ManifestError",
     "NodeFilter",
+    "NodeReturned",
     "PodGroup",
     "RunningPod",
     "Translation",
@@ -53,6 +55,7 @@ __all__ = [
     "emit_placement",
     "load_cluster",
     "load_manifests",
+    "manifest_repairs",
     "read_cluster",
     "translate",
     "workloads_from_objects",

@@ -100,6 +100,18 @@ class NodeFilter(PinnedTo):
         text = f"{self.tasks[0]}: {self.summary}" if self.summary else super().describe()
         return f"preferred (weight {self.weight:g}): {text}" if self.preferred else text
 
+    def admits_like(self, node: str) -> bool:
+        """A new node with `node`'s labels, taints and capacity passes the filters decided
+        by labels and taints (not nodeName, and not those decided by other pods)."""
+        cause = self.exclusion.cause if self.exclusion is not None else ""
+        return cause in _BY_LABELS and node in self.nodes
+
+
+#: Causes decided by a node's labels and taints alone.
+_BY_LABELS = frozenset(
+    {"cordon", "taint", "nodeSelector", "nodeAffinity", "topologyLabel", "podAffinityLabel"}
+)
+
 
 def node_filter(
     workload: str,

@@ -8,6 +8,7 @@ all within `--timeout`. Exit codes are `EXIT_CODES` (documented in the command's
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import json
 import os
@@ -423,7 +424,8 @@ def verify(
     if filenames or (plan_file is None and app is None):
         _check_manifest_options(plan_file, app, filenames, cluster, kubeconfig, backend)
         deadline = start + timeout - min(OUTPUT_SHARE * timeout, 1.0)
-        _verify_manifests(filenames, cluster, kubeconfig, context, emit_dir, fmt, deadline)
+        given = _Manifests(filenames, cluster, kubeconfig, context)
+        _verify_manifests(given, emit_dir, fmt, deadline, repairs, adjustable)
     if kubeconfig is not None or context is not None or emit_dir is not None:
         fail("--kubeconfig, --context and --emit-placement go with -f MANIFESTS.", EXIT_BAD_INPUT)
     with contextlib.ExitStack() as frozen:
@@ -506,14 +508,23 @@ def _check_manifest_options(
         )
 
 
+@dataclasses.dataclass(frozen=True)
+class _Manifests:
+    """What `escher verify -f` checks: the manifests, and the cluster file or live cluster."""
+
+    filenames: tuple[str, ...]
+    cluster: str | None
+    kubeconfig: str | None
+    context: str | None
+
+
 def _verify_manifests(
-    filenames: tuple[str, ...],
-    cluster: str | None,
-    kubeconfig: str | None,
-    context: str | None,
+    given: _Manifests,
     emit_dir: str | None,
     fmt: str,
     deadline: float,
+    repairs: bool,
+    adjustable: tuple[str, ...],
 ) -> NoReturn:
     """`escher verify -f`: the manifests against the cluster's nodes and pods."""
     from escher.manifests import (  # the layer above verify: loaded only for -f
@@ -521,21 +532,32 @@ def _verify_manifests(
         emit_placement,
         load_cluster,
         load_manifests,
+        manifest_repairs,
         read_cluster,
     )
 
-    workloads = load_manifests(filenames)
-    if cluster is not None:
-        kube = load_cluster(cluster)
-        origin = f"cluster listing {cluster}"
+    workloads = load_manifests(given.filenames)
+    if given.cluster is not None:
+        kube = load_cluster(given.cluster)
+        origin = f"cluster listing {given.cluster}"
     else:
-        path = None if kubeconfig == _DEFAULT_KUBECONFIG else kubeconfig
-        kube = read_cluster(path, context)
-        origin = f"live cluster ({path or 'default kubeconfig'}{', ' + context if context else ''})"
+        path = None if given.kubeconfig == _DEFAULT_KUBECONFIG else given.kubeconfig
+        kube = read_cluster(path, given.context)
+        shown = f"{path or 'default kubeconfig'}{', ' + given.context if given.context else ''}"
+        origin = f"live cluster ({shown})"
+    unknown = sorted(set(adjustable) - {"*"} - {w.key for w in workloads.items})
+    if unknown:
+        fail(f"--adjustable: no workload named {unknown} in the manifests.", EXIT_BAD_INPUT)
     left = deadline - time.monotonic()
     if left <= 0:
         fail("--timeout passed while reading the manifests and the cluster.", 2)
-    result = check_manifests(workloads, kube, timeout=left)
+    result = check_manifests(workloads, kube, timeout=left * (0.5 if repairs else 1.0))
+    found = None
+    if repairs and result.status is Verdict.INFEASIBLE:
+        allowed = True if "*" in adjustable else adjustable
+        left = max(deadline - time.monotonic(), 1e-3)
+        found = manifest_repairs(workloads, kube, result, timeout=left, adjustable=allowed)
+        result = with_repairs(result, found)
     written = []
     if emit_dir is not None and result.witness is not None:
         written = emit_placement(workloads, result.witness, emit_dir)
@@ -550,6 +572,8 @@ def _verify_manifests(
         printer = _Printer()
         printer.verdict(result, where)
         printer.rest(result)
+        if found is not None:
+            printer.repairs(found)
         for line in result.breakdown:
             printer.console.print(line, markup=False, highlight=False)
         for item in result.skipped:

@@ -69,7 +69,7 @@ def all_keys(kind: ChangeKind, base: Base, plan: Plan) -> list[Key]:
     everything = Conflict(frozenset(ids), tuple(range(len(plan.intents))))
     keys = kind.keys(base, everything)
     if isinstance(kind, Mixed):
-        return [(k.name, key) for k in kind.kinds for key in all_keys(k, base, plan)]
+        return [(k.name, key) for k in kind.kinds.values() for key in all_keys(k, base, plan)]
     if kind.name == "node":  # every node, not only one of each class
         resources = sorted({r for t in plan.tasks for r in t.resources} - {"aa"})
         keys = [(n, r) for n in base.state.nodes for r in resources]
@@ -135,7 +135,7 @@ def test_repairs_are_checked_minimal_and_cheapest(instance: tuple[Plan, ClusterS
                     change.edit(draft)
             less_plan, less_state, _ = draft.build()
             assert not feasible(less_plan, less_state), (repair.render(), i)
-    every: dict[str, ChangeKind] = {**KINDS, "mixed": Mixed(KINDS)}
+    every: dict[str, ChangeKind] = {**KINDS, "mixed": Mixed(KINDS.values())}
     for name, kind in every.items():
         keys = all_keys(kind, base, plan)
         repair = by_kind.get(name)

@@ -11,7 +11,14 @@ See docs/repairs.md.
 """
 
 from escher.verify.repair._draft import Draft
-from escher.verify.repair._kinds import DROP_COST, KINDS, MAX_NEW_NODES, ChangeKind, Conflict
+from escher.verify.repair._kinds import (
+    DROP_COST,
+    KINDS,
+    MAX_NEW_NODES,
+    Base,
+    ChangeKind,
+    Conflict,
+)
 from escher.verify.repair._model import Change, Repair, RepairSet, apply_repair
 from escher.verify.repair._search import (
     DEFAULT_KINDS,
@@ -27,6 +34,7 @@ __all__ = [
     "DROP_COST",
     "KINDS",
     "MAX_NEW_NODES",
+    "Base",
     "Change",
     "ChangeKind",
     "Conflict",

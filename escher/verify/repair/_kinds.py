@@ -15,7 +15,15 @@ from functools import cached_property
 from typing import Any, ClassVar
 
 from escher.core.cluster import ClusterState, Node
-from escher.core.plan import Colocated, Intent, Plan, Separated, SpreadAtMost, SpreadEvenly
+from escher.core.plan import (
+    Colocated,
+    Intent,
+    PinnedTo,
+    Plan,
+    Separated,
+    SpreadAtMost,
+    SpreadEvenly,
+)
 from escher.core.resources import Resources
 from escher.verify.repair._draft import Draft
 from escher.verify.repair._model import Change
@@ -66,7 +74,7 @@ class NodeType:
     def name(self) -> str:
         """``type=gpu8 (CPU 48, GPU 8, memory 384)``: labels, then capacity."""
         labels = ", ".join(f"{k}={v}" for k, v in self.labels) or f"like {self.like!r}"
-        capacity = ", ".join(f"{k} {v:g}" for k, v in sorted(self.total.items()))
+        capacity = ", ".join(f"{k} {_amount(k, v)}" for k, v in sorted(self.total.items()))
         return f"{labels} ({capacity})"
 
 
@@ -122,6 +130,15 @@ class Base:
     def largest(self, resource: str) -> float:
         """The plan's largest single request of `resource` (0 if none)."""
         return max((t.resources.get(resource, 0.0) for t in self.plan.tasks), default=0.0)
+
+
+def _amount(resource: str, value: float) -> str:
+    """`value` of `resource` as users write it: memory in Gi or Mi when whole, else plain."""
+    if resource == "memory":
+        for unit, size in (("Gi", 2**30), ("Mi", 2**20)):
+            if value >= size and float(value / size).is_integer():
+                return f"{value / size:g}{unit}"
+    return f"{value:g}"
 
 
 def _pair(key: Key) -> tuple[Any, Any]:
@@ -373,10 +390,22 @@ class Nodes(ChangeKind):
                 labels = {key: (new_id if v == like.id else v) for key, v in like.labels.items()}
                 total = like.physical
                 draft.nodes[new_id] = Node(new_id, total, total, labels)
+                _list_alike(draft, like.id, new_id)
                 made += 1
 
         return Change(
             "nodes", node_type.name, node_type.count, node_type.count + level, float(level), edit
+        )
+
+
+def _list_alike(draft: Draft, like: str, new_id: str) -> None:
+    """Node pins that would list a node alike to `like` list `new_id` too."""
+    for index, intents in draft.intents.items():
+        draft.intents[index] = tuple(
+            replace(x, nodes=(*x.nodes, new_id))
+            if isinstance(x, PinnedTo) and like in x.nodes and x.admits_like(like)
+            else x
+            for x in intents
         )
 
 
@@ -458,25 +487,27 @@ class Mixed(ChangeKind):
 
     name = "mixed"
 
-    def __init__(self, kinds: Iterable[str]) -> None:
-        self.kinds = [KINDS[k] for k in kinds]
+    def __init__(self, kinds: Iterable[ChangeKind]) -> None:
+        self.kinds = {kind.name: kind for kind in kinds}
 
     def keys(self, base: Base, conflict: Conflict) -> list[Key]:
-        return [(kind.name, key) for kind in self.kinds for key in kind.keys(base, conflict)]
+        return [
+            (name, key) for name, kind in self.kinds.items() for key in kind.keys(base, conflict)
+        ]
 
     def top(self, base: Base, key: Key) -> int:
         name, inner = _pair(key)
-        return KINDS[name].top(base, inner)
+        return self.kinds[name].top(base, inner)
 
     def cost(self, base: Base, key: Key, level: int) -> float:
         name, inner = _pair(key)
-        return KINDS[name].cost(base, inner, level)
+        return self.kinds[name].cost(base, inner, level)
 
     def change(self, base: Base, key: Key, level: int) -> Change:
         name, inner = _pair(key)
-        return KINDS[name].change(base, inner, level)
+        return self.kinds[name].change(base, inner, level)
 
     def compatible(self, keys: Iterable[Key], key: Key) -> bool:
         name, inner = _pair(key)
         same = [_pair(k)[1] for k in keys if _pair(k)[0] == name]
-        return KINDS[name].compatible(same, inner)
+        return self.kinds[name].compatible(same, inner)

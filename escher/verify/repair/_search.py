@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from escher.core.cluster import ClusterState
 from escher.core.errors import ValidationError, did_you_mean
@@ -31,11 +32,13 @@ from escher.core.plan import Plan
 from escher.verify._result import Verdict, VerificationResult
 from escher.verify._verify import Verifier
 from escher.verify.repair._kind_search import KindSearch
-from escher.verify.repair._kinds import KINDS, Base, Conflict, Mixed
+from escher.verify.repair._kinds import KINDS, Base, ChangeKind, Conflict, Mixed
 from escher.verify.repair._model import Repair, RepairSet
 
 #: Default time budget in seconds for `find_repairs`.
 DEFAULT_REPAIR_TIMEOUT = 30.0
+
+ResultT = TypeVar("ResultT", bound=VerificationResult)
 
 #: The kinds searched by default (a smaller request only for tasks marked adjustable).
 DEFAULT_KINDS = ("replicas", "intent", "nodes", "node", "request")
@@ -46,7 +49,9 @@ WRAP_UP = 0.5
 WRAP_SHARE = 0.02
 
 
-def _check(plan: object, state: object, timeout: object, kinds: Iterable[str]) -> None:
+def _check(
+    plan: object, state: object, timeout: object, kinds: Iterable[str], known: Mapping[str, Any]
+) -> None:
     if not isinstance(plan, Plan):
         raise ValidationError(f"find_repairs() needs a Plan, got {type(plan).__name__}.")
     if not isinstance(state, ClusterState):
@@ -60,9 +65,9 @@ def _check(plan: object, state: object, timeout: object, kinds: Iterable[str]) -
         or not 0 < timeout < float("inf")
     ):
         raise ValidationError(f"timeout must be a positive number of seconds, got {timeout!r}.")
-    unknown = [k for k in kinds if k not in KINDS]
+    unknown = [k for k in kinds if k not in known]
     if unknown:
-        raise ValidationError(f"unknown kind(s) of change {unknown}; choose from {sorted(KINDS)}.")
+        raise ValidationError(f"unknown kind(s) of change {unknown}; choose from {sorted(known)}.")
 
 
 def find_repairs(
@@ -74,6 +79,7 @@ def find_repairs(
     kinds: Collection[str] = DEFAULT_KINDS,
     adjustable_requests: bool | Collection[str] = (),
     memory_limit_mb: int | None = None,
+    extra_kinds: Sequence[ChangeKind] = (),
 ) -> RepairSet:
     """The cheapest repair of each kind of change for an infeasible plan.
 
@@ -87,6 +93,8 @@ def find_repairs(
         adjustable_requests: Tasks whose requests may shrink (True: every task); a
             ``request`` repair only changes these.
         memory_limit_mb: Passed to the verifier.
+        extra_kinds: Kinds of change besides `KINDS` (a caller's own, e.g. the Kubernetes
+            pre-flight's "node returned"); name them in `kinds` to search them.
 
     Returns:
         The repairs, cheapest first (at most one per kind), and notes saying per kind what
@@ -96,7 +104,8 @@ def find_repairs(
         ValidationError: a bad plan, state, timeout or kind.
     """
     kinds = tuple(kinds)
-    _check(plan, state, timeout, kinds)
+    registry: dict[str, ChangeKind] = {**KINDS, **{k.name: k for k in extra_kinds}}
+    _check(plan, state, timeout, kinds, registry)
     t0 = time.monotonic()
     # A verification overruns its deadline a little: keep a margin for it and the result.
     deadline = t0 + float(timeout) - min(WRAP_UP, WRAP_SHARE * float(timeout))
@@ -121,12 +130,12 @@ def find_repairs(
     root = Conflict(result.explanation.ids, tuple(range(len(plan.intents))))
     found: list[Repair] = []
     notes: dict[str, str] = {}
-    usable = [k for k in KINDS if k in kinds]
+    usable = [k for k in registry if k in kinds]
     if adjustable is not None and not adjustable and "request" in usable:
         usable.remove("request")
         notes["request"] = "request: no task's request was marked adjustable"
     # Kinds the conflict gives nothing to change take no time: the others share it.
-    todo = [k for k in usable if KINDS[k].keys(base, root)]
+    todo = [k for k in usable if registry[k].keys(base, root)]
     notes.update(
         (k, f"{k}: no change of this kind touches the conflict") for k in usable if k not in todo
     )
@@ -135,7 +144,7 @@ def find_repairs(
         if left <= 0:
             notes[name] = f"{name}: not searched: no time was left (raise --timeout)"
             continue
-        search = KindSearch(KINDS[name], base, root, memory_limit_mb)
+        search = KindSearch(registry[name], base, root, memory_limit_mb)
         began = time.monotonic()
         repair, note = search.run(began + left / (len(todo) - i))
         notes[name] = f"{note} [{time.monotonic() - began:.2f} s, {search.calls} verifications]"
@@ -143,19 +152,19 @@ def find_repairs(
             found.append(repair)
     left = deadline - time.monotonic()
     if not found and len(usable) > 1 and left > 0:  # no kind alone: changes of several
-        search = KindSearch(Mixed(usable), base, root, memory_limit_mb)
+        search = KindSearch(Mixed(registry[k] for k in usable), base, root, memory_limit_mb)
         began = time.monotonic()
         repair, note = search.run(deadline)
         notes["mixed"] = f"{note} [{time.monotonic() - began:.2f} s, {search.calls} verifications]"
         if repair is not None:
             found.append(repair)
-    order = {k: i for i, k in enumerate(KINDS)}
+    order = {k: i for i, k in enumerate(registry)}
     found.sort(key=lambda r: (r.cost, order.get(r.kind, len(order))))
-    ordered = [notes[k] for k in [*KINDS, "mixed"] if k in notes]
+    ordered = [notes[k] for k in [*registry, "mixed"] if k in notes]
     return RepairSet(tuple(found), tuple(ordered), time.monotonic() - t0)
 
 
-def with_repairs(result: VerificationResult, repairs: RepairSet) -> VerificationResult:
+def with_repairs(result: ResultT, repairs: RepairSet) -> ResultT:
     """`result` carrying `repairs` (as `VerificationResult.repairs` and `repair_notes`)."""
     return dataclasses.replace(result, repairs=repairs.repairs, repair_notes=repairs.notes)
 
