@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from escher.core.plan import Separated, SpreadAtMost
+from escher.core.plan import PinnedTo, Separated, SpreadAtMost
 from escher.core.resources import EPSILON
 from escher.manifests._cluster import KubeCluster
 from escher.manifests._context import Approximation
@@ -31,8 +32,8 @@ class ManifestCheck(VerificationResult):
         skipped: Objects of kinds escher does not check.
         exact: True if the verdict is proven under kube-scheduler's exact rules: a FEASIBLE
             whose witness passed `check_placement` with no field left unchecked, or an
-            INFEASIBLE whose conflict uses no stricter-than-kube statement. False for
-            UNKNOWN and for a FEASIBLE with a field neither model checks (hostPort, ...).
+            INFEASIBLE whose conflict uses no stricter-than-kube statement in play. False
+            for UNKNOWN and for a FEASIBLE with a field neither model checks (hostPort, ...).
         approximations: The rules of this instance escher states other than kube-scheduler
             does, in the user's terms, each prefixed ``looser:``, ``stricter:`` or
             ``unchecked:``.
@@ -192,6 +193,7 @@ def check_manifests(
         ManifestError: a field escher cannot read, naming the object and the field path.
         ValidationError: a bad timeout.
     """
+    started = time.monotonic()
     t = translate(workloads, cluster)
     result = verify(t.plan, cluster.to_state(), timeout=timeout, check_intents=False)
     lines: list[str] = []
@@ -212,19 +214,7 @@ def check_manifests(
     if result.explanation is not None:
         base["cause"] = _cause(t, cluster, result)
     approx = tuple(f"{a.kind}: {a.rule}" for a in t.approximations)
-    exact = not any(a.kind == "unchecked" for a in t.approximations)
-    if result.status is Verdict.FEASIBLE and base["witness"] is not None:
-        broken = check_placement(workloads, cluster, base["witness"])
-        if broken is not None:
-            base.update(_unproven(result, broken, t.approximations))
-            exact = False
-    elif result.status is Verdict.INFEASIBLE:
-        stricter = _stricter_in_play(t, cluster, result)
-        if stricter:
-            base.update(_too_strict(base["cause"], stricter))
-            exact = False
-    else:
-        exact = False
+    exact = _exact_verdict(t, workloads, cluster, result, base, started + timeout)
     return ManifestCheck(
         **base,
         breakdown=tuple(lines),
@@ -235,12 +225,73 @@ def check_manifests(
     )
 
 
+def _exact_verdict(
+    t: Translation,
+    workloads: Workloads,
+    cluster: KubeCluster,
+    result: VerificationResult,
+    base: dict[str, Any],
+    deadline: float,
+) -> bool:
+    """Hold the verdict in `base` to kube-scheduler's exact rules (UNKNOWN where it is not
+    proven under them); True if it is proven under them."""
+    exact = not any(a.kind == "unchecked" for a in t.approximations)
+    if result.status is Verdict.FEASIBLE and base["witness"] is not None:
+        broken = check_placement(workloads, cluster, base["witness"])
+        if broken is not None:
+            again = _resolve(t, workloads, cluster, broken, deadline - time.monotonic())
+            if again is None:
+                base.update(_unproven(result, broken, t.approximations))
+                return False
+            base.update(again)
+        return exact
+    if result.status is Verdict.INFEASIBLE:
+        stricter = _stricter_in_play(t, cluster, result)
+        if stricter:
+            base.update(_too_strict(base["cause"], stricter))
+            return False
+        return True  # fields left unchecked only hold kube-scheduler back further
+    return False
+
+
+#: Re-solves, each excluding the node of a pod the exact rules rejected, before UNKNOWN.
+RESOLVES = 3
+
+
+def _resolve(
+    t: Translation, workloads: Workloads, cluster: KubeCluster, broken: Violation, left: float
+) -> dict[str, Any] | None:
+    """A witness that passes `check_placement`, found by solving again with the pod the
+    exact rules rejected kept off its node (each exclusion only narrows the plan, so a
+    witness found is a placement); None if none is found in a few tries."""
+    deadline = time.monotonic() + left
+    away: dict[str, set[str]] = {}
+    state = cluster.to_state()
+    for _ in range(RESOLVES):
+        budget = deadline - time.monotonic()
+        if budget <= 0.1 or broken.node not in cluster.nodes:
+            return None
+        away.setdefault(broken.workload, set()).add(broken.node)
+        keep = tuple(n for n in sorted(cluster.nodes) if n not in away[broken.workload])
+        why = f"re-solve: {broken.workload} off {', '.join(sorted(away[broken.workload]))}"
+        t.plan.add_intent(PinnedTo((broken.workload,), why, 0.0, keep))
+        result = verify(t.plan, state, timeout=budget, check_intents=False)
+        if result.witness is None:
+            return None
+        witness = {k: v for k, v in result.witness.items() if k in t.workloads}
+        again = check_placement(workloads, cluster, witness)
+        if again is None:
+            return {"witness": witness, "preferences": result.preferences}
+        broken = again
+    return None
+
+
 def _unproven(
     result: VerificationResult, broken: Violation, approximations: list[Approximation]
 ) -> dict[str, Any]:
     """UNKNOWN for a witness that breaks an exact rule the plan left out or loosened."""
     looser = [a.rule for a in approximations if a.kind == "looser"]
-    rule = f"{broken.rule} ({looser[0]})" if len(looser) == 1 else broken.rule
+    rule = looser[0] if len(looser) == 1 else f"{broken.rule} ({broken.workload})"
     said = (
         f"a placement exists under a looser rule: {rule}; kube-scheduler's exact rule was "
         "not proven"
