@@ -72,6 +72,7 @@ class _Spread:
     domains: dict[str, str]  # eligible node -> its domain
     source: str
     counts: Counter[str] = field(default_factory=Counter)
+    values: frozenset[str] = frozenset()  # the eligible domains
 
 
 @dataclass
@@ -129,9 +130,10 @@ class _Checker:
         # domain counts of each term's matching pods, and of each anti term's owners
         self.terms = [t for g in self.groups for t in (*g.affinity, *g.anti)]
         self.matched: dict[int, Counter[str]] = {id(t): Counter() for t in self.terms}
-        self.owners: dict[int, Counter[str]] = {
-            id(t): Counter() for g in self.groups for t in g.anti
-        }
+        self.anti = [t for g in self.groups for t in g.anti]
+        self.owners: dict[int, Counter[str]] = {id(t): Counter() for t in self.anti}
+        self.spreads = [(i, sp) for i, g in enumerate(self.groups) for sp in g.spreads]
+        self.spread_memo: dict[tuple[int, int], bool] = {}
         for i, pod in enumerate(cluster.pods):
             self.land(i, pod.node, count_resources=False)
 
@@ -190,6 +192,7 @@ class _Checker:
                     sel,
                     domains,
                     f"{w.title}: topologySpreadConstraints (DoNotSchedule) [{i}]",
+                    values=frozenset(domains.values()),
                 )
             )
 
@@ -218,8 +221,13 @@ class _Checker:
         return self.match_memo[memo]
 
     def _spread_matches(self, s: _Spread, owner: int, group: int) -> bool:
-        g, o = self.groups[group], self.groups[owner]
-        return g.namespace == o.namespace and selector_matches(s.selector, g.labels, s.source)
+        memo = (id(s), group)
+        if memo not in self.spread_memo:
+            g, o = self.groups[group], self.groups[owner]
+            self.spread_memo[memo] = g.namespace == o.namespace and selector_matches(
+                s.selector, g.labels, s.source
+            )
+        return self.spread_memo[memo]
 
     def land(self, group: int, node: str, count_resources: bool = True) -> None:
         labels = self.cluster.nodes[node].labels if node in self.cluster.nodes else {}
@@ -229,10 +237,9 @@ class _Checker:
         for t in self.groups[group].anti:
             if t.key in labels:
                 self.owners[id(t)][labels[t.key]] += 1
-        for i, g in enumerate(self.groups):
-            for s in g.spreads:
-                if node in s.domains and self._spread_matches(s, i, group):
-                    s.counts[s.domains[node]] += 1
+        for i, sp in self.spreads:
+            if node in sp.domains and self._spread_matches(sp, i, group):
+                sp.counts[sp.domains[node]] += 1
         if count_resources and node in self.used:
             held = self.used[node]
             for k, v in self.groups[group].requests.items():
@@ -277,9 +284,8 @@ class _Checker:
         for s in self.groups[group].spreads:
             if s.key not in labels:
                 return "topology spread", f"{s.source}: the node has no label {s.key}"
-            values = set(s.domains.values())
-            low = min((s.counts.get(v, 0) for v in values), default=0)
-            if len(values) < s.min_domains:
+            low = min((s.counts.get(v, 0) for v in s.values), default=0)
+            if len(s.values) < s.min_domains:
                 low = 0
             me = 1 if self._spread_matches(s, group, group) else 0
             if s.counts.get(labels[s.key], 0) + me - low > s.skew:
@@ -292,17 +298,12 @@ class _Checker:
         for t in self.groups[group].anti:
             if t.key in labels and self.matched[id(t)][labels[t.key]]:
                 return "pod anti-affinity", f"{t.source}: a matching pod is in the node's domain"
-        for other in self.groups:
-            for t in other.anti:
-                if (
-                    t.key in labels
-                    and self.owners[id(t)][labels[t.key]]
-                    and self._matches(t, group)
-                ):
-                    return (
-                        "pod anti-affinity (of existing pods)",
-                        f"{t.source}: a pod whose term selects this pod is in the domain",
-                    )
+        for t in self.anti:
+            if t.key in labels and self.owners[id(t)][labels[t.key]] and self._matches(t, group):
+                return (
+                    "pod anti-affinity (of existing pods)",
+                    f"{t.source}: a pod whose term selects this pod is in the domain",
+                )
         return None
 
     def _affinity_reject(self, group: int, node: str) -> tuple[str, str] | None:
