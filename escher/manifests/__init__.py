@@ -23,7 +23,7 @@ from escher.manifests._cluster import (
     load_cluster,
 )
 from escher.manifests._context import Approximation
-from escher.manifests._emit import APPLY_ORDER, emit_placement
+from escher.manifests._emit import APPLY_ORDER, apply_order, emit_placement
 from escher.manifests._exact import Violation, check_placement
 from escher.manifests._files import load_manifests
 from escher.manifests._filters import Exclusion, NodeFilter
@@ -52,6 +52,7 @@ __all__ = [
     "Violation",
     "Workload",
     "Workloads",
+    "apply_order",
     "check_manifests",
     "check_placement",
     "cluster_from_objects",

@@ -21,6 +21,7 @@ from typing import Any
 
 from escher.core.resources import EPSILON
 from escher.manifests._cluster import KubeCluster
+from escher.manifests._emit import apply_order
 from escher.manifests._match import node_affinity_matches, selector_matches, tolerates
 from escher.manifests._requests import pod_requests
 from escher.manifests._workloads import Workload, Workloads
@@ -320,13 +321,6 @@ class _Checker:
         if first and all(self._matches(t, group) for t in terms):
             return None
         return "pod affinity", f"{terms[0].source}: no matching pod in the node's domain"
-
-
-def apply_order(witness: Mapping[str, Sequence[str]]) -> list[str]:
-    """The workloads of `witness` in the order `emit_placement` writes them."""
-    placed = [(k, nodes) for k, nodes in witness.items() if nodes]
-    placed.sort(key=lambda kn: (len(set(kn[1])) / len(kn[1]), kn[0]))
-    return [k for k, _ in placed]
 
 
 def check_placement(

@@ -44,6 +44,7 @@ import yaml
 
 from escher.manifests import (
     APPLY_ORDER,
+    apply_order,
     check_manifests,
     emit_placement,
     read_cluster,
@@ -208,11 +209,16 @@ def _escher(case: ManifestSet, kubeconfig: str, outcome: Outcome) -> None:
 
 
 def _pinned(case: ManifestSet, witness: dict[str, list[str]]) -> list[dict[str, Any]]:
-    """The set's pods, each pinned by nodeSelector to its node in the witness."""
+    """The set's pods, each pinned by nodeSelector to its node in the witness, created in
+    the order `--emit-placement` applies them (the order escher's witness check follows:
+    a pod affinity met by the first-pod rule needs its pods to come first)."""
     pods = []
-    for workload in case.workloads:
-        meta = workload["metadata"]
-        key = f"{workload['kind']}/{meta['namespace']}/{meta['name']}"
+    by_key = {
+        f"{w['kind']}/{w['metadata']['namespace']}/{w['metadata']['name']}": w
+        for w in case.workloads
+    }
+    for key in apply_order(witness):
+        workload = by_key[key]
         nodes = witness[key]
 
         for pod, node in zip(pods_of(workload), nodes, strict=True):
