@@ -74,6 +74,23 @@ class _Spread:
     source: str
     counts: Counter[str] = field(default_factory=Counter)
     values: frozenset[str] = frozenset()  # the eligible domains
+    low: int = 0  # the least count over `values`
+    at_low: int = -1  # how many domains hold `low` (-1: not yet counted)
+
+    def add(self, node: str) -> None:
+        """One more matching pod on `node` (if it is eligible)."""
+        domain = self.domains.get(node)
+        if domain is None:
+            return
+        if self.at_low < 0:
+            self.at_low = len(self.values)
+        before = self.counts[domain]
+        self.counts[domain] = before + 1
+        if before == self.low:
+            self.at_low -= 1
+            if self.at_low == 0:
+                self.low += 1
+                self.at_low = sum(1 for v in self.values if self.counts[v] == self.low)
 
 
 @dataclass
@@ -131,10 +148,12 @@ class _Checker:
         # domain counts of each term's matching pods, and of each anti term's owners
         self.terms = [t for g in self.groups for t in (*g.affinity, *g.anti)]
         self.matched: dict[int, Counter[str]] = {id(t): Counter() for t in self.terms}
-        self.anti = [t for g in self.groups for t in g.anti]
-        self.owners: dict[int, Counter[str]] = {id(t): Counter() for t in self.anti}
+        self.owners: dict[int, Counter[str]] = {
+            id(t): Counter() for g in self.groups for t in g.anti
+        }
         self.spreads = [(i, sp) for i, g in enumerate(self.groups) for sp in g.spreads]
         self.spread_memo: dict[tuple[int, int], bool] = {}
+        self.counted_by: dict[int, tuple[list[_Term], list[_Spread]]] = {}
         for i, pod in enumerate(cluster.pods):
             self.land(i, pod.node, count_resources=False)
 
@@ -230,17 +249,26 @@ class _Checker:
             )
         return self.spread_memo[memo]
 
+    def _counted_by(self, group: int) -> tuple[list[_Term], list[_Spread]]:
+        """The terms that select a pod of `group`, and the spreads that count it."""
+        if group not in self.counted_by:
+            self.counted_by[group] = (
+                [t for t in self.terms if self._matches(t, group)],
+                [sp for i, sp in self.spreads if self._spread_matches(sp, i, group)],
+            )
+        return self.counted_by[group]
+
     def land(self, group: int, node: str, count_resources: bool = True) -> None:
         labels = self.cluster.nodes[node].labels if node in self.cluster.nodes else {}
-        for t in self.terms:
-            if self._matches(t, group) and t.key in labels:
+        terms, spreads = self._counted_by(group)
+        for t in terms:
+            if t.key in labels:
                 self.matched[id(t)][labels[t.key]] += 1
         for t in self.groups[group].anti:
             if t.key in labels:
                 self.owners[id(t)][labels[t.key]] += 1
-        for i, sp in self.spreads:
-            if node in sp.domains and self._spread_matches(sp, i, group):
-                sp.counts[sp.domains[node]] += 1
+        for sp in spreads:
+            sp.add(node)
         if count_resources and node in self.used:
             held = self.used[node]
             for k, v in self.groups[group].requests.items():
@@ -285,7 +313,7 @@ class _Checker:
         for s in self.groups[group].spreads:
             if s.key not in labels:
                 return "topology spread", f"{s.source}: the node has no label {s.key}"
-            low = min((s.counts.get(v, 0) for v in s.values), default=0)
+            low = s.low
             if len(s.values) < s.min_domains:
                 low = 0
             me = 1 if self._spread_matches(s, group, group) else 0
@@ -299,8 +327,8 @@ class _Checker:
         for t in self.groups[group].anti:
             if t.key in labels and self.matched[id(t)][labels[t.key]]:
                 return "pod anti-affinity", f"{t.source}: a matching pod is in the node's domain"
-        for t in self.anti:
-            if t.key in labels and self.owners[id(t)][labels[t.key]] and self._matches(t, group):
+        for t in self._counted_by(group)[0]:
+            if t.key in labels and id(t) in self.owners and self.owners[id(t)][labels[t.key]]:
                 return (
                     "pod anti-affinity (of existing pods)",
                     f"{t.source}: a pod whose term selects this pod is in the domain",
