@@ -446,6 +446,10 @@ def _verify_manifests(
             printer.console.print(line, markup=False, highlight=False)
         for item in result.skipped:
             printer.console.print(f"[yellow]warning:[/] not checked (kind not supported): {item}")
+        for item in result.approximations:
+            printer.console.print(f"approximation: {item}", markup=False, highlight=False)
+        if not result.exact and result.status is not Verdict.UNKNOWN:
+            printer.console.print("note: not proven under kube-scheduler's exact rules")
         if emit_dir is not None:
             if written:
                 printer.console.print(
