@@ -22,7 +22,9 @@ from escher.manifests._cluster import (
     cluster_from_objects,
     load_cluster,
 )
-from escher.manifests._emit import APPLY_ORDER, emit_placement
+from escher.manifests._context import Approximation
+from escher.manifests._emit import APPLY_ORDER, apply_order, emit_placement
+from escher.manifests._exact import Violation, check_placement
 from escher.manifests._files import load_manifests
 from escher.manifests._filters import Exclusion, NodeFilter
 from escher.manifests._live import read_cluster
@@ -38,6 +40,7 @@ from escher.manifests._workloads import (
 
 __all__ = [
     "APPLY_ORDER",
+    "Approximation",
     "Exclusion",
     "KubeCluster",
     "KubeNode",
@@ -48,9 +51,12 @@ __all__ = [
     "PodGroup",
     "RunningPod",
     "Translation",
+    "Violation",
     "Workload",
     "Workloads",
+    "apply_order",
     "check_manifests",
+    "check_placement",
     "cluster_from_objects",
     "emit_placement",
     "load_cluster",

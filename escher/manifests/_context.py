@@ -19,6 +19,27 @@ PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 HARD_EFFECTS = ("NoSchedule", "NoExecute")
 
 
+@dataclass(frozen=True)
+class Approximation:
+    """A rule the plan states other than kube-scheduler does.
+
+    Attributes:
+        rule: The rule and where it comes from, in the user's terms.
+        kind: ``looser``: left out or stated more loosely (a FEASIBLE needs the witness
+            checked against the exact rule, `check_placement`); ``stricter``: stated more
+            strictly (an INFEASIBLE may not hold); ``unchecked``: a field neither the plan
+            nor the witness check models (hostPort, volumes, priority).
+        intents: The plan's statements that carry the stricter rule.
+        nodes: For a stricter rule: the nodes where it is stricter (the approximation is in
+            play only if some task of `intents` may use one of them).
+    """
+
+    rule: str
+    kind: str = "looser"
+    intents: tuple[Intent, ...] = ()
+    nodes: tuple[str, ...] = ()
+
+
 @dataclass
 class Translation:
     """A plan for the workloads, and what the translation knows about each.
@@ -29,6 +50,7 @@ class Translation:
         filters: Task name -> its node filters (hard ones), in kube-scheduler's order.
         requests: Task name -> one pod's request, in Kubernetes resource names.
         warnings: What is left out or approximated, in the user's terms.
+        approximations: The rules stated other than kube-scheduler does (also warned).
     """
 
     plan: Plan
@@ -36,6 +58,7 @@ class Translation:
     filters: dict[str, list[NodeFilter]] = field(default_factory=dict)
     requests: dict[str, dict[str, float]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    approximations: list[Approximation] = field(default_factory=list)
 
 
 class Context:
@@ -57,6 +80,11 @@ class Context:
 
     def warn(self, text: str) -> None:
         self.out.warnings.append(text)
+
+    def approximate(self, text: str, rule: str, kind: str = "looser") -> None:
+        """Warn with `text` about a rule left out or stated more loosely than kube does."""
+        self.warn(text)
+        self.out.approximations.append(Approximation(rule, kind))
 
     def key_for(self, key: str) -> str | None:
         """The plan's topology key for node label `key` (None: per node, for a hostname

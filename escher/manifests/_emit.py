@@ -93,6 +93,14 @@ def split(w: Workload, nodes: Sequence[str]) -> list[tuple[str, dict[str, Any]]]
     return parts
 
 
+def apply_order(witness: Mapping[str, Sequence[str]]) -> list[str]:
+    """The workloads of `witness` in the order to apply them: the most constrained (the
+    fewest distinct nodes per pod) first, then by name."""
+    placed = [(k, nodes) for k, nodes in witness.items() if nodes]
+    placed.sort(key=lambda kn: (len(set(kn[1])) / len(kn[1]), kn[0]))
+    return [k for k, _ in placed]
+
+
 def emit_placement(
     workloads: Workloads, witness: Mapping[str, Sequence[str]], directory: str | Path
 ) -> list[Path]:
@@ -112,10 +120,9 @@ def emit_placement(
     """
     out_dir = Path(directory)
     by_key = {w.key: w for w in workloads.items}
-    placed = [(k, nodes) for k, nodes in witness.items() if k in by_key and nodes]
+    placed = [(k, witness[k]) for k in apply_order(witness) if k in by_key]
     if not placed:
         raise ManifestError("the placement names none of the workloads; nothing to write.")
-    placed.sort(key=lambda kn: (len(set(kn[1])) / len(kn[1]), kn[0]))
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         written: list[Path] = []

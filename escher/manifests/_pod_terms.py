@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from escher.core.plan import Colocated, Separated
-from escher.manifests._context import PREFERRED, REQUIRED, Context
+from escher.core.plan import Colocated, Intent, Separated
+from escher.manifests._context import PREFERRED, REQUIRED, Approximation, Context
 from escher.manifests._workloads import ManifestError, Workload, as_list, as_map
 
 
@@ -111,10 +111,11 @@ class PodTerms(Context):
             self.out.plan.add_intent(Colocated((w.key,), field_path, 0.0, plan_key))
         else:
             self.restrict(w, "podAffinityLabel", path, labelled, f"nodes labelled {key}")
-            self.warn(
+            self.approximate(
                 f"{field_path}: affinity to the pods of "
                 f"{', '.join(t.title for t in others) or 'running pods'} is checked only as "
-                f"'on a node with label {key}' (which domains those pods take is not modelled)."
+                f"'on a node with label {key}' (which domains those pods take is not modelled).",
+                f"pod affinity ({field_path}) to the pods of other workloads",
             )
 
     def one_domain(self, w: Workload, key: str) -> bool:
@@ -162,14 +163,28 @@ class PodTerms(Context):
                     "too strict)."
                 )
             selfish = {a for (a, b) in pairs if a == b}
+            stated: list[Intent] = []
             for (a, b), sources in sorted(pairs.items()):
                 src = "; ".join(dict.fromkeys(sources))
                 if a == b:
-                    self.out.plan.add_intent(Separated((a,), src, 0.0, key))
+                    stated.append(Separated((a,), src, 0.0, key))
                 elif a in selfish and b in selfish:
-                    self.out.plan.add_intent(Separated((a, b), src, 0.0, key))
+                    stated.append(Separated((a, b), src, 0.0, key))
                 else:
-                    self.warn(
+                    self.approximate(
                         f"{src}: not checked: anti-affinity between {a} and {b}, whose pods may "
-                        "share a domain among themselves, has no exact escher statement."
+                        "share a domain among themselves, has no exact escher statement.",
+                        f"pod anti-affinity between {a} and {b} ({src})",
                     )
+            for intent in stated:
+                self.out.plan.add_intent(intent)
+            if label is not None and bare and stated:
+                self.out.approximations.append(
+                    Approximation(
+                        f"nodes without label {label} take at most one pod each of the "
+                        f"workloads kept apart on {label} (kube-scheduler: any number)",
+                        "stricter",
+                        tuple(stated),
+                        tuple(bare),
+                    )
+                )

@@ -113,10 +113,11 @@ class Spreads(Context):
             if others:
                 if not hard:
                     continue  # a preference: never decides feasibility, not reported
-                self.warn(
+                self.approximate(
                     f"{field_path}: not checked: the spread also counts the pods of "
                     f"{', '.join(o.title for o in others)}; escher checks spreads that count "
-                    "the workload's own pods and running pods."
+                    "the workload's own pods and running pods.",
+                    f"topology spread ({field_path}) counting other workloads' pods",
                 )
                 continue
             if not counted:
@@ -172,10 +173,11 @@ class Spreads(Context):
         if max(counts) - min(counts) > skew:
             if rule.weight:
                 return  # a preference: never decides feasibility, not reported
-            self.warn(
+            self.approximate(
                 f"{rule.field}: not checked: the running pods it counts are already spread "
                 f"unevenly ({min(counts)} to {max(counts)} per domain, maxSkew {skew}); "
-                "escher checks a spread from running counts within maxSkew of each other."
+                "escher checks a spread from running counts within maxSkew of each other.",
+                f"topology spread ({rule.field}) over unevenly spread running pods",
             )
             return
         names = (w.key, *self.phantoms(rule, running, 1 << 62))

@@ -86,9 +86,11 @@ class _Builder(NodeRules, PodTerms, Spreads):
         if spec.get("priorityClassName") or spec.get("priority"):
             fields.append("priority (preemption)")
         if fields:
-            self.warn(
+            self.approximate(
                 f"{w.title}: not checked: {', '.join(fields)} (see the field table of "
-                "docs/kubernetes-preflight.md)."
+                "docs/kubernetes-preflight.md).",
+                f"{w.title}: {', '.join(fields)}",
+                "unchecked",
             )
 
     def finish(self) -> None:

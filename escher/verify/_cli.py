@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 from rich.console import Console
@@ -36,6 +36,9 @@ from escher.verify._result import (
 )
 from escher.verify._verify import DEFAULT_TIMEOUT, EXPLAIN_SHARE, Verifier
 from escher.verify.repair import RepairSet, find_repairs, with_repairs
+
+if TYPE_CHECKING:  # the layer above verify, imported only where -f is used
+    from escher.manifests import KubeCluster, ManifestCheck
 
 try:  # the `verify` extra
     import orjson as _orjson
@@ -530,21 +533,12 @@ def _verify_manifests(
     from escher.manifests import (  # the layer above verify: loaded only for -f
         check_manifests,
         emit_placement,
-        load_cluster,
         load_manifests,
         manifest_repairs,
-        read_cluster,
     )
 
     workloads = load_manifests(given.filenames)
-    if given.cluster is not None:
-        kube = load_cluster(given.cluster)
-        origin = f"cluster listing {given.cluster}"
-    else:
-        path = None if given.kubeconfig == _DEFAULT_KUBECONFIG else given.kubeconfig
-        kube = read_cluster(path, given.context)
-        shown = f"{path or 'default kubeconfig'}{', ' + given.context if given.context else ''}"
-        origin = f"live cluster ({shown})"
+    kube, origin = _read_kube(given)
     unknown = sorted(set(adjustable) - {"*"} - {w.key for w in workloads.items})
     if unknown:
         fail(f"--adjustable: no workload named {unknown} in the manifests.", EXIT_BAD_INPUT)
@@ -569,23 +563,49 @@ def _verify_manifests(
         data["emitted"] = [str(p) for p in written]
         click.echo(json_text(data))
     else:
-        printer = _Printer()
-        printer.verdict(result, where)
-        printer.rest(result)
-        if found is not None:
-            printer.repairs(found)
-        for line in result.breakdown:
-            printer.console.print(line, markup=False, highlight=False)
-        for item in result.skipped:
-            printer.console.print(f"[yellow]warning:[/] not checked (kind not supported): {item}")
-        if emit_dir is not None:
-            if written:
-                printer.console.print(
-                    f"placement written: {len(written)} pinned manifest(s) in {emit_dir} "
-                    "(apply in the order of apply-order.txt)",
-                    markup=False,
-                    highlight=False,
-                )
-            else:
-                printer.console.print("no placement written: the verdict is not feasible.")
+        _print_manifest_check(result, where, found, emit_dir, written)
     sys.exit(result.exit_code)
+
+
+def _read_kube(given: _Manifests) -> tuple[KubeCluster, str]:
+    """The cluster `escher verify -f` checks against, and where it came from."""
+    from escher.manifests import load_cluster, read_cluster
+
+    if given.cluster is not None:
+        return load_cluster(given.cluster), f"cluster listing {given.cluster}"
+    path = None if given.kubeconfig == _DEFAULT_KUBECONFIG else given.kubeconfig
+    shown = f"{path or 'default kubeconfig'}{', ' + given.context if given.context else ''}"
+    return read_cluster(path, given.context), f"live cluster ({shown})"
+
+
+def _print_manifest_check(
+    result: ManifestCheck,
+    where: str,
+    found: RepairSet | None,
+    emit_dir: str | None,
+    written: list[Path],
+) -> None:
+    """The text output of `escher verify -f`."""
+    printer = _Printer()
+    printer.verdict(result, where)
+    printer.rest(result)
+    if found is not None:
+        printer.repairs(found)
+    for line in result.breakdown:
+        printer.console.print(line, markup=False, highlight=False)
+    for item in result.skipped:
+        printer.console.print(f"[yellow]warning:[/] not checked (kind not supported): {item}")
+    for item in result.approximations:
+        printer.console.print(f"approximation: {item}", markup=False, highlight=False)
+    if not result.exact and result.status is not Verdict.UNKNOWN:
+        printer.console.print("note: not proven under kube-scheduler's exact rules")
+    if emit_dir is not None:
+        if written:
+            printer.console.print(
+                f"placement written: {len(written)} pinned manifest(s) in {emit_dir} "
+                "(apply in the order of apply-order.txt)",
+                markup=False,
+                highlight=False,
+            )
+        else:
+            printer.console.print("no placement written: the verdict is not feasible.")

@@ -104,6 +104,21 @@ def test_exclusions_in_json(tmp_path: Path) -> None:
     assert exclusion["cause"] == "cordon" and exclusion["excluded"] == ["b"]
 
 
+def test_unknown_under_a_stricter_rule_text_and_json(tmp_path: Path) -> None:
+    # kube-scheduler lets the node without a zone take any number of w's pods
+    (tmp_path / "w.yaml").write_text(yaml.safe_dump(deployment("w", 4, affinity=anti("w"))))
+    nodes = [node("a", "a"), node("b", "b"), node("edge", None)]
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump({"kind": "List", "items": nodes}))
+    args = ("-f", str(tmp_path / "w.yaml"), "--cluster", str(tmp_path / "c.yaml"))
+    code, out = run(*args)
+    assert code == 2
+    assert "infeasible under the stricter rule" in out and "approximation: stricter:" in out
+    code, out = run(*args, "--format", "json")
+    data = json.loads(out)
+    assert code == 2 and data["status"] == "unknown" and data["exact"] is False
+    assert data["approximations"][0].startswith("stricter: nodes without label")
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
