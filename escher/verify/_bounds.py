@@ -209,17 +209,22 @@ def l2_bound(sizes: list[int], counts: list[int], cap: int) -> int:
 def l2_conflict(p: Problem) -> Conflict | None:
     """Per resource and group: items whose nodes all have one capacity C need more nodes (by
     L2) than there are."""
+    for (g, r), its in _by_resource(p):
+        found = _l2(p, g, r, its)
+        if found is not None:
+            return found
+    return None
+
+
+def _by_resource(p: Problem) -> list[tuple[tuple[str, int], list[Item]]]:
+    """(group, resource) -> the items loading it (resources tasks create left out), sorted."""
     by_res: dict[tuple[str, int], list[Item]] = {}
     for it in p.items:
         for g, load in it.loads.items():
             for r in it.nonzero:
                 if load[r] and r not in p.created:
                     by_res.setdefault((g, r), []).append(it)
-    for (g, r), its in sorted(by_res.items()):
-        found = _l2(p, g, r, its)
-        if found is not None:
-            return found
-    return None
+    return sorted(by_res.items())
 
 
 def _l2(p: Problem, g: str, r: int, its: list[Item]) -> Conflict | None:
@@ -259,13 +264,7 @@ SLOT_SIZES = 64
 def slot_count_conflict(p: Problem) -> Conflict | None:
     """Per resource and group: the tasks fill more slots of some size s than the nodes they
     may use have (`floor` is superadditive, so a node of capacity C takes at most C // s)."""
-    by_res: dict[tuple[str, int], list[Item]] = {}
-    for it in p.items:
-        for g, load in it.loads.items():
-            for r in it.nonzero:
-                if load[r] and r not in p.created:
-                    by_res.setdefault((g, r), []).append(it)
-    for (g, r), its in sorted(by_res.items()):
+    for (g, r), its in _by_resource(p):
         found = _slots(p, g, r, its)
         if found is not None:
             return found
