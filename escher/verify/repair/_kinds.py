@@ -72,8 +72,9 @@ class NodeType:
 
     @property
     def name(self) -> str:
-        """``type=gpu8 (CPU 48, GPU 8, memory 384)``: labels, then capacity."""
-        labels = ", ".join(f"{k}={v}" for k, v in self.labels) or f"like {self.like!r}"
+        """``type=gpu8 (CPU 48, GPU 8, memory 384Gi)``: labels (or the id of one such node), then
+        capacity."""
+        labels = ", ".join(f"{k}={v}" for k, v in self.labels) or repr(self.like)
         capacity = ", ".join(f"{k} {_amount(k, v)}" for k, v in sorted(self.total.items()))
         return f"{labels} ({capacity})"
 
