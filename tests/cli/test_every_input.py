@@ -221,6 +221,8 @@ def test_help_examples_run_as_written(
     if marker is None:
         outcome = memory_examples[example]
         assert_clean(outcome, exit_codes(name))
+        if outcome.code == ExitCode.UNAVAILABLE and "pip install 'escher-sched[" in outcome.stderr:
+            pytest.skip(f"needs an extra that is not installed: {outcome.stderr.strip()}")
         answers = set(exit_codes(name)) - {
             ExitCode.BAD_INPUT,
             ExitCode.FAILED,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import socket
@@ -20,6 +21,12 @@ from escher.manifests import read_cluster
 from tests.support.k8s_control_plane import FAKE_NODE_LABEL, add_fake_node
 
 ZONE = "topology.kubernetes.io/zone"
+
+#: Tests of the reader's own answers need the client (the k8s extra); without it every call
+#: says what to install (tested below).
+needs_client = pytest.mark.skipif(
+    importlib.util.find_spec("kubernetes") is None, reason="needs pip install 'escher-sched[k8s]'"
+)
 
 
 def _kubeconfig(tmp_path: Path, server: str, contexts: tuple[str, ...] = ("one",)) -> str:
@@ -47,17 +54,20 @@ def _closed_port() -> int:
     return port
 
 
+@needs_client
 def test_a_missing_kubeconfig_says_what_to_pass(tmp_path: Path) -> None:
     with pytest.raises(BackendUnavailableError, match=r"kubeconfig .*nowhere.*--kubeconfig PATH"):
         read_cluster(str(tmp_path / "nowhere"))
 
 
+@needs_client
 def test_an_unknown_context_lists_the_contexts(tmp_path: Path) -> None:
     kubeconfig = _kubeconfig(tmp_path, "https://127.0.0.1:1", ("prod", "staging"))
     with pytest.raises(BackendUnavailableError, match=r"'dev'.*Its contexts: prod, staging"):
         read_cluster(kubeconfig, context="dev")
 
 
+@needs_client
 def test_an_unreachable_server_is_an_error_not_a_traceback(tmp_path: Path) -> None:
     kubeconfig = _kubeconfig(tmp_path, f"https://127.0.0.1:{_closed_port()}")
     t0 = time.monotonic()
@@ -201,6 +211,7 @@ def test_escher_verify_reads_the_cluster_with_kubeconfig(
     assert default.returncode == 0, default.stdout + default.stderr
 
 
+@needs_client
 def test_escher_verify_with_a_bad_kubeconfig_says_so_without_a_traceback(tmp_path: Path) -> None:
     out = _escher("verify", "-f", _gpu_deployment(tmp_path, 1), "--kubeconfig",
                   str(tmp_path / "missing"))  # fmt: skip
