@@ -512,7 +512,7 @@ def engine_instances(seed: int, big: bool) -> list[tuple[str, int, Any]]:
 def _without_optional() -> None:
     """This process as if only the required packages were installed: no orjson, msgspec
     (file reading); the engines that need scipy or python-sat report themselves missing."""
-    from escher.verify import _arcflow, _graph
+    from escher.verify.engines import _arcflow, _graph
 
     for name in ("orjson", "msgspec"):
         sys.modules[name] = None  # type: ignore[assignment]
@@ -523,7 +523,7 @@ def _without_optional() -> None:
 def engines_table(args: argparse.Namespace, only: set[str]) -> bool:
     """Every engine alone and the portfolio (every engine in its order), in process, on the
     same instances; then the portfolio with the optional packages left out."""
-    from escher.verify._engine import ENGINES, decide
+    from escher.verify.engines._engine import ENGINES, decide
 
     names = ["bounds", *ENGINES]
     print(f"engines alone (--engine-timeout {args.engine_timeout} s each) and the portfolio:")

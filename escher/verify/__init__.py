@@ -12,8 +12,6 @@ See docs/verify.md.
 """
 
 from escher.verify._app import verify_app
-from escher.verify._check import check_placement, intent_violation
-from escher.verify._intents import intent_subplan
 from escher.verify._result import (
     EXIT_CODES,
     Explanation,
@@ -22,8 +20,10 @@ from escher.verify._result import (
     Verdict,
     VerificationResult,
 )
-from escher.verify._statement import Statement
 from escher.verify._verify import DEFAULT_TIMEOUT, Verifier, ensure_feasible, verify
+from escher.verify.check._check import check_placement, intent_violation
+from escher.verify.explain._intents import intent_subplan
+from escher.verify.model._statement import Statement
 from escher.verify.repair import (
     Change,
     Repair,

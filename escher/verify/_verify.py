@@ -16,12 +16,6 @@ from typing import Any
 from escher.core.cluster import ClusterState
 from escher.core.errors import ValidationError, VerificationError
 from escher.core.plan import Plan
-from escher.verify._engine import Decision, decide
-from escher.verify._facts import plan_facts
-from escher.verify._grouped import Grouping, as_written, load_grouped
-from escher.verify._intents import IntentProver, preference_met
-from escher.verify._minimise import minimise
-from escher.verify._problem import Mods, Problem
 from escher.verify._result import (
     Explanation,
     IntentResult,
@@ -29,7 +23,13 @@ from escher.verify._result import (
     Verdict,
     VerificationResult,
 )
-from escher.verify._witness import to_witness, witness_problems
+from escher.verify.check._witness import to_witness, witness_problems
+from escher.verify.engines._engine import Decision, decide
+from escher.verify.explain._intents import IntentProver, preference_met
+from escher.verify.explain._minimise import minimise
+from escher.verify.model._facts import plan_facts
+from escher.verify.model._problem import Mods, Problem
+from escher.verify.read._grouped import Grouping, as_written, load_grouped
 
 #: Default time budget in seconds for one `verify` call.
 DEFAULT_TIMEOUT = 60.0

@@ -30,13 +30,13 @@ from escher.core.plan import (
     SpreadAtMost,
     SpreadEvenly,
 )
-from escher.verify._check import check_placement, intent_violation
-from escher.verify._engine import decide
-from escher.verify._facts import plan_facts
-from escher.verify._problem import Mods
 from escher.verify._result import IntentResult, IntentStatus
-from escher.verify._topology import EACH_NODE, domains_for, topology_key
-from escher.verify._witness import to_witness
+from escher.verify.check._check import check_placement, intent_violation
+from escher.verify.check._witness import to_witness
+from escher.verify.engines._engine import decide
+from escher.verify.model._facts import plan_facts
+from escher.verify.model._problem import Mods
+from escher.verify.model._topology import EACH_NODE, domains_for, topology_key
 
 #: Scenarios tried per intent before it is reported unknown ("too many cases").
 SCENARIO_LIMIT = 200

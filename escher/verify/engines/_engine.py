@@ -24,13 +24,13 @@ from typing import Any, TypeVar, cast
 
 from escher.core.cluster import ClusterState
 from escher.core.plan import Plan
-from escher.verify._bounds import precheck
-from escher.verify._dive import find
-from escher.verify._greedy import STRATEGIES, check, classes, greedy
-from escher.verify._model import build
-from escher.verify._problem import Item, Mods, Problem, Timeout, type_total
-from escher.verify._search import applicable, search
-from escher.verify._witness import Placement
+from escher.verify.check._witness import Placement
+from escher.verify.engines._bounds import precheck
+from escher.verify.engines._dive import find
+from escher.verify.engines._greedy import STRATEGIES, check, classes, greedy
+from escher.verify.engines._search import applicable, search
+from escher.verify.model._model import build
+from escher.verify.model._problem import Item, Mods, Problem, Timeout, type_total
 
 _T = TypeVar("_T")
 
@@ -156,7 +156,7 @@ def _graph_stage(run: _Run) -> Decision | None:
     """Pairwise separations as a graph: DSatur first (milliseconds), then Tabucol and the
     exact 0/1 model side by side (the SAT solver releases the GIL): the first definite
     answer wins and the other is stopped at once."""
-    from escher.verify import _graph
+    from escher.verify.engines import _graph
 
     if not _graph.applicable(run.p):
         return None
@@ -220,7 +220,7 @@ def _around(run: _Run, fixed: Placement | None, method: str) -> Decision | None:
 
 def _arcflow_stage(run: _Run) -> Decision | None:
     """The arc-flow model (HiGHS): exact for one dimension, else each dimension alone."""
-    from escher.verify import _arcflow  # imported when first needed (SciPy), as are Z3's
+    from escher.verify.engines import _arcflow  # imported when first needed (SciPy), as are Z3's
 
     if not _arcflow.available() or not applicable(run.p) or run.too_wide:
         return None
@@ -243,7 +243,7 @@ def _arcflow_stage(run: _Run) -> Decision | None:
 
 
 def _relaxed_stage(run: _Run) -> Decision | None:
-    from escher.verify import _smt
+    from escher.verify.engines import _smt
 
     status, data = run.timed("z3_relaxed", lambda: _smt.relaxed(run.p, run.deadline, run.memory_mb))
     if status == "unsat":
@@ -392,7 +392,7 @@ def _all_statements(p: Problem) -> frozenset[str]:
 
 
 def _exact_stage(run: _Run) -> Decision | None:
-    from escher.verify import _smt
+    from escher.verify.engines import _smt
 
     status, data = run.timed("z3_exact", lambda: _smt.exact(run.p, run.deadline, run.memory_mb))
     if status == "unsat":

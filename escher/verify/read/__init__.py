@@ -1,0 +1,1 @@
+"""The plan-file reader: a plan file read once, its identical entries grouped."""
