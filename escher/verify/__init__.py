@@ -21,9 +21,9 @@ from escher.verify._result import (
     VerificationResult,
 )
 from escher.verify._verify import DEFAULT_TIMEOUT, Verifier, ensure_feasible, verify
-from escher.verify.check._check import check_placement, intent_violation
-from escher.verify.explain._intents import intent_subplan
-from escher.verify.model._statement import Statement
+from escher.verify.check import check_placement, intent_violation
+from escher.verify.explain import intent_subplan
+from escher.verify.model import Statement
 from escher.verify.repair import (
     Change,
     Repair,

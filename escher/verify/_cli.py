@@ -34,7 +34,7 @@ from escher.verify._result import (
     VerificationResult,
 )
 from escher.verify._verify import DEFAULT_TIMEOUT, EXPLAIN_SHARE, Verifier
-from escher.verify.read._grouped import Grouping, as_written, load_grouped
+from escher.verify.read import Grouping, as_written, load_grouped
 from escher.verify.repair import RepairSet, find_repairs, with_repairs
 
 if TYPE_CHECKING:  # the layer above verify, imported only where -f is used

@@ -23,13 +23,11 @@ from escher.verify._result import (
     Verdict,
     VerificationResult,
 )
-from escher.verify.check._witness import to_witness, witness_problems
-from escher.verify.engines._engine import Decision, decide
-from escher.verify.explain._intents import IntentProver, preference_met
-from escher.verify.explain._minimise import minimise
-from escher.verify.model._facts import plan_facts
-from escher.verify.model._problem import Mods, Problem
-from escher.verify.read._grouped import Grouping, as_written, load_grouped
+from escher.verify.check import to_witness, witness_problems
+from escher.verify.engines import Decision, decide
+from escher.verify.explain import IntentProver, minimise, preference_met
+from escher.verify.model import Mods, Problem, plan_facts
+from escher.verify.read import Grouping, as_written, load_grouped
 
 #: Default time budget in seconds for one `verify` call.
 DEFAULT_TIMEOUT = 60.0

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from escher.core.cluster import ClusterState
 from escher.core.plan import Plan
 from escher.verify.check._check import check_placement
-from escher.verify.model._problem import Problem
+from escher.verify.model import Problem
 
 #: Per item: the node index of each of its `mult` copies.
 Placement = list[list[int]]

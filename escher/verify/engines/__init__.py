@@ -4,3 +4,7 @@ Exact bounds, greedy and constructive search, the packing search, arc-flow (HiGH
 and the separation graph (SAT); each either proves its answer or finds a placement that
 the checker then confirms.
 """
+
+from escher.verify.engines._engine import Decision, decide
+
+__all__ = ["Decision", "decide"]

@@ -32,7 +32,7 @@ from typing import Any
 
 from escher.verify.engines import _bounded, _exactfill
 from escher.verify.engines._search import INF, Fill, _placement, _Space, _space, applicable
-from escher.verify.model._problem import Problem
+from escher.verify.model import Problem
 
 #: Arcs (over all node types) above which the model is not built.
 ARC_LIMIT = 150_000

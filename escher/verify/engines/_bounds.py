@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 
 from escher.verify.engines._graph import clique_conflict
-from escher.verify.model._problem import Item, Problem, type_total
+from escher.verify.model import Item, Problem, type_total
 
 
 @dataclass(frozen=True)

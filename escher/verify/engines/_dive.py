@@ -35,7 +35,7 @@ from escher.verify.engines._search import (
     _space,
     applicable,
 )
-from escher.verify.model._problem import Problem
+from escher.verify.model import Problem
 
 #: Counts tried per pool when building candidates (evenly spread from the most to one).
 COUNTS = 12

@@ -24,14 +24,13 @@ from typing import Any, TypeVar, cast
 
 from escher.core.cluster import ClusterState
 from escher.core.plan import Plan
-from escher.verify.check._witness import Placement
+from escher.verify.check import Placement
 from escher.verify.engines import _portfolio
 from escher.verify.engines._bounds import precheck
 from escher.verify.engines._dive import find
 from escher.verify.engines._greedy import STRATEGIES, check, classes, greedy
 from escher.verify.engines._search import applicable, search
-from escher.verify.model._model import build
-from escher.verify.model._problem import Item, Mods, Problem, Timeout, type_total
+from escher.verify.model import Item, Mods, Problem, Timeout, build, type_total
 
 _T = TypeVar("_T")
 

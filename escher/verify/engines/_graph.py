@@ -27,8 +27,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from escher.verify.check._witness import Placement
-from escher.verify.model._problem import Problem
+from escher.verify.check import Placement
+from escher.verify.model import Problem
 
 #: The python-sat solver of the 0/1 model: Glucose 4 stops when interrupted (CaDiCaL 1.9
 #: there does not, so a deadline could not be kept), and solved the colourings measured

@@ -11,9 +11,9 @@ import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
-from escher.verify.check._witness import Placement
+from escher.verify.check import Placement
 from escher.verify.engines import _domainfill
-from escher.verify.model._problem import Item, Problem, Timeout
+from escher.verify.model import Item, Problem, Timeout
 
 
 def classes(p: Problem) -> dict[tuple[object, ...], list[int]]:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from escher.verify.engines._greedy import classes
-from escher.verify.model._problem import Item, Problem, Timeout
+from escher.verify.model import Item, Problem, Timeout
 
 #: Maximal fills tried per (node type, step) before the search stops being exhaustive.
 FILL_LIMIT = 200

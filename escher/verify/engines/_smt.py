@@ -22,7 +22,7 @@ from typing import Any
 import z3
 
 from escher.verify.engines._greedy import classes
-from escher.verify.model._problem import Item, Problem, Rule
+from escher.verify.model import Item, Problem, Rule
 
 #: Largest class x node product the exact encoding accepts.
 EXACT_LIMIT = 6000

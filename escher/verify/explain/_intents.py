@@ -31,12 +31,9 @@ from escher.core.plan import (
     SpreadEvenly,
 )
 from escher.verify._result import IntentResult, IntentStatus
-from escher.verify.check._check import check_placement, intent_violation
-from escher.verify.check._witness import to_witness
-from escher.verify.engines._engine import decide
-from escher.verify.model._facts import plan_facts
-from escher.verify.model._problem import Mods
-from escher.verify.model._topology import EACH_NODE, domains_for, topology_key
+from escher.verify.check import check_placement, intent_violation, to_witness
+from escher.verify.engines import decide
+from escher.verify.model import EACH_NODE, Mods, domains_for, plan_facts, topology_key
 
 #: Scenarios tried per intent before it is reported unknown ("too many cases").
 SCENARIO_LIMIT = 200

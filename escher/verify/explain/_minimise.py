@@ -14,8 +14,8 @@ from collections.abc import Hashable
 
 from escher.core.cluster import ClusterState
 from escher.core.plan import Plan
-from escher.verify.engines._engine import decide
-from escher.verify.model._problem import Mods
+from escher.verify.engines import decide
+from escher.verify.model import Mods
 
 
 def _families(plan: Plan, core: set[str]) -> tuple[list[list[str]], list[str]]:

@@ -21,8 +21,8 @@ from escher.core.cluster import ClusterState
 from escher.core.errors import PlanFormatError
 from escher.core.formats import parse_bytes, paused_gc, read_bytes, read_document
 from escher.core.plan import Plan
-from escher.verify.engines._engine import decide
-from escher.verify.model._statement import Statement, named_statement, task_words
+from escher.verify.engines import decide
+from escher.verify.model import Statement, named_statement, task_words
 from escher.verify.read._tasklist import TaskList, Unread, read_tasks
 
 #: Files of this many bytes or more are read without building each task entry first
