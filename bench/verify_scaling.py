@@ -467,13 +467,13 @@ def colouring_windows(
 
 
 def gpus_slots(n_nodes: int, seed: int, feasible: bool) -> tuple[Plan, Any, bool]:
-    """A second construction of fragmentation (g2): 4-, 6- and 10-GPU nodes; GPU tasks of 4
-    and 5 GPUs placed so that every node keeps 1-3 GPUs free (with 1-GPU tasks on 4-GPU
-    nodes), CPU-only tasks around them; g2 adds 4-GPU tasks that the free GPUs hold in
-    total but no node does (infeasible); g2-ok is the packing itself (feasible)."""
+    """A second construction of fragmentation (g2): 4-, 6- and 10-GPU nodes hold at most 1,
+    1 and 2 tasks of 4 or 5 GPUs, and the packing fills every such slot (leaving 0-2 GPUs
+    free a node), CPU-only tasks around them; g2 adds 4-GPU tasks that the free GPUs hold
+    in total but no node does (infeasible); g2-ok is the packing itself (feasible)."""
     rng = random.Random(seed * 15485863 + 5)
     kinds = {"h4": (4, 48, 192), "h6": (6, 64, 256), "h10": (10, 96, 512)}
-    fills = {"h4": [(1,), (1, 1)], "h6": [(4,), (5,)], "h10": [(4, 4), (5, 4), (5, 5)]}
+    fills = {"h4": [(4,)], "h6": [(4,), (5,)], "h10": [(4, 4), (5, 4), (5, 5)]}
     nodes: list[dict[str, Any]] = []
     tasks: list[dict[str, float]] = []
     spare = 0
@@ -490,7 +490,7 @@ def gpus_slots(n_nodes: int, seed: int, feasible: bool) -> tuple[Plan, Any, bool
             tasks.append({"CPU": c, "memory": 4 * c})
             cpu, mem = cpu - c, mem - 4 * c
     if not feasible:
-        tasks += [{"GPU": 4, "CPU": 16, "memory": 64}] * max(1, min(spare // 4, 3))
+        tasks += [{"GPU": 4, "CPU": 16, "memory": 64}] * max(1, min(spare // 4, rng.randint(1, 3)))
     names = {json.dumps(t, sort_keys=True): t for t in tasks}
     shape_names = {k: f"h{i}" for i, k in enumerate(sorted(names))}
     shapes = {shape_names[k]: v for k, v in names.items()}

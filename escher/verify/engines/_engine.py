@@ -501,18 +501,21 @@ def _z3_lane(run: _Run) -> Decision | None:
 
 def _lanes(run: _Run) -> dict[str, Callable[[_Run], Decision | None]]:
     """The lanes that can decide this problem, each run in its own process by `_race`.
-    An engine that cannot take the problem (no separations for the graph, no SciPy or
-    too wide for arc-flow, no simple items for the search) gets no lane, so the ones that
-    can share the processors."""
+    An engine that cannot take the problem (no SciPy or too wide for arc-flow, no simple
+    items for the search) gets no lane, so the ones that can share the processors. Where
+    separations make a graph, the packing search and arc-flow get none either: on every
+    colouring of the bench neither decided anything alone, while the graph engine did
+    (docs/verify-engines.md), and the processors are better left to it and to Z3."""
     from escher.verify.engines import _arcflow, _graph
 
     lanes: dict[str, Callable[[_Run], Decision | None]] = {}
     if _graph.applicable(run.p):
         lanes["graph"] = _graph_stage
-    if run.packing is not None:
-        lanes["search"] = _search_lane
-    if _arcflow.available() and applicable(run.p) and not run.too_wide:
-        lanes["arcflow"] = _arcflow_stage
+    else:
+        if run.packing is not None:
+            lanes["search"] = _search_lane
+        if _arcflow.available() and applicable(run.p) and not run.too_wide:
+            lanes["arcflow"] = _arcflow_stage
     lanes["z3"] = _z3_lane
     return lanes
 
