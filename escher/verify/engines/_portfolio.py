@@ -69,6 +69,9 @@ def race(
         accept: Called in this process on each answer as it arrives; True ends the race.
     """
     ctx = multiprocessing.get_context("fork")
+    for stream in (sys.stdout, sys.stderr):  # a child flushes what it inherits on exit
+        with contextlib.suppress(Exception):
+            stream.flush()
     t0 = time.monotonic()
     running: dict[Connection, tuple[str, Any]] = {}
     out = Race()
