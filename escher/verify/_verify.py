@@ -207,7 +207,12 @@ class Verifier:
                 continue
             want = frozenset(met | {i})
             d = decide(
-                plan, self.state, deadline=until, mods=Mods(require=want), memory_mb=self.memory_mb
+                plan,
+                self.state,
+                deadline=until,
+                mods=Mods(require=want),
+                memory_mb=self.memory_mb,
+                side_by_side=False,  # one short try per preference
             )
             if d.status == "feasible" and d.placement is not None:
                 better = to_witness(d.problem, d.placement)

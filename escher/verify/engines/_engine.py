@@ -632,7 +632,8 @@ def decide(
             pre-checks only when "bounds" is among them.
         side_by_side: After the pre-checks and the greedy search, the engines race in
             processes of their own (`_race`) where this system allows it; False runs them
-            in turn, in this process.
+            in turn, in this process (minimisation, intent proofs and preferences decide
+            many short sub-problems, for which starting processes costs more than it wins).
     """
     t0 = time.perf_counter()
     try:

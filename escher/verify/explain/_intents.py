@@ -326,7 +326,14 @@ class IntentProver:
             if left <= 0:
                 return IntentResult(intent, IntentStatus.UNKNOWN, detail="timed out")
             until = time.monotonic() + left / (len(scenarios) - j)
-            d = decide(sub, self.state, deadline=until, mods=mods, memory_mb=self.memory_mb)
+            d = decide(
+                sub,
+                self.state,
+                deadline=until,
+                mods=mods,
+                memory_mb=self.memory_mb,
+                side_by_side=False,  # many short sub-decisions: cheaper in this process
+            )
             if d.status == "feasible":
                 assert d.placement is not None
                 cex = to_witness(d.problem, d.placement)
@@ -350,6 +357,7 @@ class IntentProver:
             deadline=deadline,
             mods=Mods(drop_intents=True),
             memory_mb=self.memory_mb,
+            side_by_side=False,
         )
         if base.status == "infeasible":
             return IntentResult(

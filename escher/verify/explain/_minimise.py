@@ -67,6 +67,7 @@ class _Shrink:
             active=frozenset(trial),
             mods=self.mods,
             memory_mb=self.memory_mb,
+            side_by_side=False,  # many short sub-decisions: cheaper in this process
         )
         if d.status == "infeasible":
             smaller = d.core & trial

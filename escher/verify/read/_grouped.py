@@ -172,7 +172,12 @@ class Grouping:
         ]
         trial = Plan(self.plan.resources, tasks, self.plan.intents, self.plan.topologies)
         d = decide(
-            trial, state, deadline=time.monotonic() + seconds, active=core, memory_mb=memory_mb
+            trial,
+            state,
+            deadline=time.monotonic() + seconds,
+            active=core,
+            memory_mb=memory_mb,
+            side_by_side=False,  # one of many short tries
         )
         return {"infeasible": True, "feasible": False}.get(d.status)
 
