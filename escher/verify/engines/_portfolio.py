@@ -105,11 +105,14 @@ def race(
                 else:
                     out.others[name] = answer
     finally:
-        for conn, (name, child) in running.items():
+        for conn, (name, child) in running.items():  # kill them all first, then reap
             out.silent.append(name)
             out.seconds[name] = time.monotonic() - t0
-            _stop(child)
+            _kill(child)
             conn.close()
+        reap_until = time.monotonic() + REAP_SECONDS
+        for _, child in running.values():
+            child.join(timeout=max(0.0, reap_until - time.monotonic()))
     return out
 
 
@@ -125,11 +128,16 @@ def _lane(send: Connection, fn: Callable[[], Any]) -> None:
         send.close()
 
 
-def _stop(child: Any) -> None:
-    """Kill `child` and every process of its group, and reap it."""
+def _kill(child: Any) -> None:
+    """Kill `child` and every process of its group (not waiting for them)."""
     if child.pid is not None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(child.pid, signal.SIGKILL)
         if child.is_alive():
             child.kill()
+
+
+def _stop(child: Any) -> None:
+    """Kill `child` and every process of its group, and reap it."""
+    _kill(child)
     child.join(timeout=REAP_SECONDS)
