@@ -37,8 +37,9 @@ instances), default path: how many verdicts agree with the construction, median 
 
 With --engines: the engine table instead (`engine_instances`: fragmentation with other GPU
 shapes, tight 5-resource packings, graph colouring with and without cliques, ...): each
-engine alone, then the portfolio, in process, each with --engine-timeout; then the
-portfolio again as if the optional packages were not installed. --big adds 10,000 nodes.
+engine alone, then all of them in turn in one process, then side by side (the race: one
+process per engine, the first answer wins), in process, each with --engine-timeout; then
+side by side again as if the optional packages were not installed. --big adds 10,000 nodes.
 
     python bench/verify_scaling.py [--quick] [--baseline-timeout S] [--timeout S] [--seed N]
         [--only FAMILIES] [--min-nodes N] [--max-nodes N] [--repeat N] [--timeouts S,S,...]
@@ -633,8 +634,8 @@ def _without_optional() -> None:
 
 
 def engines_table(args: argparse.Namespace, only: set[str]) -> bool:
-    """Every engine alone and the portfolio (every engine in its order), in process, on the
-    same instances; then the portfolio with the optional packages left out."""
+    """Every engine alone, all in turn, and all side by side, in process, on the same
+    instances; then side by side with the optional packages left out."""
     from escher.verify.engines._engine import ENGINES, decide
 
     names = ["bounds", *ENGINES]
