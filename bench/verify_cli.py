@@ -29,7 +29,19 @@ import verify_scaling as vs
 
 #: Target wall seconds by nodes; zero-slack, tight and colouring instances: 5 s.
 TARGETS = {100: 0.5, 1000: 5.0, 10000: 30.0}
-TASK_FAMILIES = {"t", "t-short", "p", "col", "col-k", "col-s", "col-l"}
+TASK_FAMILIES = {
+    "t",
+    "t-short",
+    "p",
+    "p2",
+    "col",
+    "col-k",
+    "col-s",
+    "col-l",
+    "col2",
+    "col2-k",
+    "col2-l",
+}
 
 
 def _escher() -> list[str]:

@@ -23,6 +23,11 @@ Families (expected verdict by construction):
      shapes from a catalogue then small fillers: feasible
   u  suffix: the same plan written one entry per task instead of replicas
 
+Engine-table families written twice, by two constructions (`--engines`): g/g-ok and g2/g2-ok
+(fragmentation with other GPU shapes), p and p2 (five resources at 98-100%, ~100 shapes),
+col* and col2* (colouring: random pairs vs a banded ring of pairs and triangles, each with
+and without a clique larger than the nodes).
+
 After the table: per family and size run both ways, the default path's time for the plan
 written one entry per task over its time for the same plan with replicas (same run). With
 --timeouts S,S,...: `escher verify` run as a command (a fresh process, intent proofs on) on
@@ -32,8 +37,9 @@ instances), default path: how many verdicts agree with the construction, median 
 
 With --engines: the engine table instead (`engine_instances`: fragmentation with other GPU
 shapes, tight 5-resource packings, graph colouring with and without cliques, ...): each
-engine alone, then the portfolio, in process, each with --engine-timeout; then the
-portfolio again as if the optional packages were not installed. --big adds 10,000 nodes.
+engine alone, then all of them in turn in one process, then side by side (the race: one
+process per engine, the first answer wins), in process, each with --engine-timeout; then
+side by side again as if the optional packages were not installed. --big adds 10,000 nodes.
 
     python bench/verify_scaling.py [--quick] [--baseline-timeout S] [--timeout S] [--seed N]
         [--only FAMILIES] [--min-nodes N] [--max-nodes N] [--repeat N] [--timeouts S,S,...]
@@ -395,6 +401,104 @@ def colouring(
     return plan, {"nodes": nodes}, clique <= n_nodes
 
 
+def tight_sets(n_nodes: int, seed: int) -> tuple[Plan, Any, bool]:
+    """A second construction of tight packings (p2): a catalogue of 100 shapes of five
+    resources; each node gets a random multiset of 6-12 of them and a capacity of what they
+    use over 0.98-1.0 per resource (no base node kinds, no fill-until-full). Feasible."""
+    rng = random.Random(seed * 7919 + 1)
+    cat: list[tuple[int, ...]] = []
+    while len(cat) < 100:
+        shape = (
+            rng.randint(1, 24),
+            rng.randint(1, 96),
+            rng.choice([0, 0, 1, 4]),
+            rng.randint(10, 500),
+            rng.randint(1, 25),
+        )
+        if shape not in cat:
+            cat.append(shape)
+    nodes: list[dict[str, Any]] = []
+    tasks: list[str] = []
+    for i in range(n_nodes):
+        mine = [rng.choice(cat) for _ in range(rng.randint(6, 12))]
+        used = [sum(s[r] for s in mine) for r in range(5)]
+        cap = [int(u / rng.uniform(0.98, 1.0)) for u in used]
+        nodes.append({"id": f"q-{i:05d}", "total": {P5_RES[r]: cap[r] for r in range(5) if cap[r]}})
+        tasks += ["y" + "-".join(map(str, s)) for s in mine]
+    shapes = {
+        s: {P5_RES[r]: int(q) for r, q in enumerate(s[1:].split("-")) if int(q)} for s in set(tasks)
+    }
+    return _jobs(tasks, rng, True, shapes), {"nodes": nodes}, True
+
+
+def colouring_windows(
+    n_tasks: int, n_nodes: int, pairs: int, clique: int, seed: int
+) -> tuple[Plan, Any, bool]:
+    """A second construction of colouring (col2): tasks on a ring, colour i mod the nodes,
+    `Separated` pairs only between tasks at most 3 x nodes apart on the ring (a banded
+    graph, not a random one), written as groups of three (`Separated` over a triangle of
+    different colours) where it can; `clique` > 0 adds tasks that are all pairwise
+    separated (infeasible when larger than the nodes)."""
+    rng = random.Random(seed * 104729 + 3)
+    plan = Plan()
+    names = [f"r{i:04d}" for i in range(n_tasks)]
+    for name in names:
+        plan.add_task(name, {"CPU": 1}, source=f"service {name}")
+    window = 3 * n_nodes
+    seen: set[tuple[int, ...]] = set()
+    edges = 0
+    while edges < pairs:
+        a = rng.randrange(n_tasks)
+        group = {a}
+        for _ in range(2 if n_nodes >= 3 and rng.random() < 0.5 else 1):
+            group.add((a + rng.randint(1, window)) % n_tasks)
+        key = tuple(sorted(group))
+        if len({k % n_nodes for k in key}) != len(key) or key in seen:
+            continue
+        seen.add(key)
+        edges += len(key) * (len(key) - 1) // 2
+        plan.add_intent(Separated(tuple(names[k] for k in key), source=f"Apart{key}"))
+    members = [f"c{j}" for j in range(clique)]
+    for name in members:
+        plan.add_task(name, {"CPU": 1}, source=f"service {name}")
+    if len(members) > 1:
+        plan.add_intent(Separated(tuple(members), source="Apart(clique)"))
+    nodes = [{"id": f"m{i:03d}", "total": {"CPU": n_tasks + clique}} for i in range(n_nodes)]
+    return plan, {"nodes": nodes}, clique <= n_nodes
+
+
+def gpus_slots(n_nodes: int, seed: int, feasible: bool) -> tuple[Plan, Any, bool]:
+    """A second construction of fragmentation (g2): 4-, 6- and 10-GPU nodes hold at most 1,
+    1 and 2 tasks of 4 or 5 GPUs, and the packing fills every such slot (leaving 0-2 GPUs
+    free a node), CPU-only tasks around them; g2 adds 4-GPU tasks that the free GPUs hold
+    in total but no node does (infeasible); g2-ok is the packing itself (feasible)."""
+    rng = random.Random(seed * 15485863 + 5)
+    kinds = {"h4": (4, 48, 192), "h6": (6, 64, 256), "h10": (10, 96, 512)}
+    fills = {"h4": [(4,)], "h6": [(4,), (5,)], "h10": [(4, 4), (5, 4), (5, 5)]}
+    nodes: list[dict[str, Any]] = []
+    tasks: list[dict[str, float]] = []
+    spare = 0
+    for i in range(n_nodes):
+        kind = rng.choice(sorted(kinds))
+        gpu, cpu, mem = kinds[kind]
+        nodes.append({"id": f"{kind}-{i:05d}", "total": {"GPU": gpu, "CPU": cpu, "memory": mem}})
+        for g in rng.choice(fills[kind]):
+            tasks.append({"GPU": g, "CPU": 4 * g, "memory": 16 * g})
+            gpu, cpu, mem = gpu - g, cpu - 4 * g, mem - 16 * g
+        spare += gpu
+        while cpu >= 8 and mem >= 32:
+            c = rng.choice([1, 2, 4, 8])
+            tasks.append({"CPU": c, "memory": 4 * c})
+            cpu, mem = cpu - c, mem - 4 * c
+    if not feasible:
+        tasks += [{"GPU": 4, "CPU": 16, "memory": 64}] * max(1, min(spare // 4, rng.randint(1, 3)))
+    names = {json.dumps(t, sort_keys=True): t for t in tasks}
+    shape_names = {k: f"h{i}" for i, k in enumerate(sorted(names))}
+    shapes = {shape_names[k]: v for k, v in names.items()}
+    plan = _jobs([shape_names[json.dumps(t, sort_keys=True)] for t in tasks], rng, True, shapes)
+    return plan, {"nodes": nodes}, feasible
+
+
 def baseline(plan: Plan, state: ClusterState, timeout: float) -> tuple[str, float]:
     """The straightforward aggregated encoding. Returns (verdict, seconds)."""
     t0 = time.perf_counter()
@@ -482,7 +586,10 @@ def instances(quick: bool, seed: int) -> list[tuple[str, int, Any]]:
     return out
 
 
-ENGINE_FAMILIES = ["g", "g-ok", "d", "t", "t-short", "p", "col", "col-k", "col-s", "col-l"]
+ENGINE_FAMILIES = [
+    *("g", "g-ok", "g2", "g2-ok", "d", "t", "t-short", "p", "p2"),
+    *("col", "col-k", "col-s", "col-l", "col2", "col2-k", "col2-l"),
+]
 
 
 def engine_instances(seed: int, big: bool) -> list[tuple[str, int, Any]]:
@@ -496,23 +603,29 @@ def engine_instances(seed: int, big: bool) -> list[tuple[str, int, Any]]:
     for n in sizes:
         out.append(("g", n, lambda n=n: gpus(n, seed, False)))
         out.append(("g-ok", n, lambda n=n: gpus(n, seed, True)))
+        out.append(("g2", n, lambda n=n: gpus_slots(n, seed, False)))
+        out.append(("g2-ok", n, lambda n=n: gpus_slots(n, seed, True)))
         out.append(("d", n, lambda n=n: family(n, "d", seed)))
     for n in [20, 167]:
         out.append(("t", n, lambda n=n: triplets(n, seed, False, True)))
         out.append(("t-short", n, lambda n=n: triplets(n, seed, True, True)))
     for n in [20, 100, 1000]:
         out.append(("p", n, lambda n=n: tight(n, seed)))
+        out.append(("p2", n, lambda n=n: tight_sets(n, seed)))
     out.append(("col", 4, lambda: colouring(120, 4, 600, 0, seed)))
     out.append(("col-k", 4, lambda: colouring(120, 4, 600, 5, seed)))
     out.append(("col-s", 3, lambda: colouring(30, 3, 60, 4, seed)))
     out.append(("col-l", 8, lambda: colouring(1000, 8, 5000, 0, seed)))
+    out.append(("col2", 4, lambda: colouring_windows(120, 4, 600, 0, seed)))
+    out.append(("col2-k", 4, lambda: colouring_windows(120, 4, 600, 5, seed)))
+    out.append(("col2-l", 4, lambda: colouring_windows(1000, 4, 5000, 0, seed)))
     return out
 
 
 def _without_optional() -> None:
     """This process as if only the required packages were installed: no orjson, msgspec
     (file reading); the engines that need scipy or python-sat report themselves missing."""
-    from escher.verify import _arcflow, _graph
+    from escher.verify.engines import _arcflow, _graph
 
     for name in ("orjson", "msgspec"):
         sys.modules[name] = None  # type: ignore[assignment]
@@ -521,13 +634,16 @@ def _without_optional() -> None:
 
 
 def engines_table(args: argparse.Namespace, only: set[str]) -> bool:
-    """Every engine alone and the portfolio (every engine in its order), in process, on the
-    same instances; then the portfolio with the optional packages left out."""
-    from escher.verify._engine import ENGINES, decide
+    """Every engine alone, all in turn, and all side by side, in process, on the same
+    instances; then side by side with the optional packages left out."""
+    from escher.verify.engines._engine import ENGINES, decide
 
     names = ["bounds", *ENGINES]
-    print(f"engines alone (--engine-timeout {args.engine_timeout} s each) and the portfolio:")
-    heads = [*names, "portfolio"]
+    print(
+        f"engines alone (--engine-timeout {args.engine_timeout} s each), all in turn in one "
+        "process, and side by side (one process each, first answer wins):"
+    )
+    heads = [*names, "in turn", "side by side"]
     print(f"{'family':>8} {'size':>14} {'expect':>10} " + " ".join(f"{e:>11}" for e in heads))
     ok = True
     rows: list[tuple[str, int, Plan, ClusterState, str]] = []
@@ -539,10 +655,16 @@ def engines_table(args: argparse.Namespace, only: set[str]) -> bool:
         state = ClusterState.from_dict(cluster)
         rows.append((fam, n, plan, state, expect))
         cells = []
-        for e in [*names, "portfolio"]:
-            chosen = None if e == "portfolio" else frozenset({e})
+        for e in heads:
+            chosen = None if e in ("in turn", "side by side") else frozenset({e})
             t0 = time.perf_counter()
-            d = decide(plan, state, deadline=time.monotonic() + args.engine_timeout, engines=chosen)
+            d = decide(
+                plan,
+                state,
+                deadline=time.monotonic() + args.engine_timeout,
+                engines=chosen,
+                side_by_side=e == "side by side",
+            )
             took = time.perf_counter() - t0
             mark = {"feasible": "F", "infeasible": "I"}.get(d.status, "?")
             if d.status in ("feasible", "infeasible") and d.status != expect:

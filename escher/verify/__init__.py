@@ -12,9 +12,8 @@ See docs/verify.md.
 """
 
 from escher.verify._app import verify_app
-from escher.verify._check import check_placement, intent_violation
-from escher.verify._intents import intent_subplan
 from escher.verify._result import (
+    EXIT_BAD_INPUT,
     EXIT_CODES,
     Explanation,
     IntentResult,
@@ -22,8 +21,17 @@ from escher.verify._result import (
     Verdict,
     VerificationResult,
 )
-from escher.verify._statement import Statement
-from escher.verify._verify import DEFAULT_TIMEOUT, Verifier, ensure_feasible, verify
+from escher.verify._verify import (
+    DEFAULT_TIMEOUT,
+    EXPLAIN_SHARE,
+    Verifier,
+    ensure_feasible,
+    verify,
+)
+from escher.verify.check import check_placement, intent_violation
+from escher.verify.explain import intent_subplan
+from escher.verify.model import Statement
+from escher.verify.read import Grouping, as_written, load_grouped
 from escher.verify.repair import (
     Change,
     Repair,
@@ -35,9 +43,12 @@ from escher.verify.repair import (
 
 __all__ = [
     "DEFAULT_TIMEOUT",
+    "EXIT_BAD_INPUT",
     "EXIT_CODES",
+    "EXPLAIN_SHARE",
     "Change",
     "Explanation",
+    "Grouping",
     "IntentResult",
     "IntentStatus",
     "Repair",
@@ -47,11 +58,13 @@ __all__ = [
     "VerificationResult",
     "Verifier",
     "apply_repair",
+    "as_written",
     "check_placement",
     "ensure_feasible",
     "find_repairs",
     "intent_subplan",
     "intent_violation",
+    "load_grouped",
     "verify",
     "verify_app",
     "with_repairs",

@@ -25,7 +25,6 @@ from rich.table import Table
 from escher.cli.conventions import command, console, fail
 from escher.core.cluster import ClusterState
 from escher.core.formats import paused_gc
-from escher.verify._grouped import Grouping, as_written, load_grouped
 from escher.verify._result import (
     EXIT_BAD_INPUT,
     EXIT_CODES,
@@ -35,6 +34,7 @@ from escher.verify._result import (
     VerificationResult,
 )
 from escher.verify._verify import DEFAULT_TIMEOUT, EXPLAIN_SHARE, Verifier
+from escher.verify.read import Grouping, as_written, load_grouped
 from escher.verify.repair import RepairSet, find_repairs, with_repairs
 
 if TYPE_CHECKING:  # the layer above verify, imported only where -f is used

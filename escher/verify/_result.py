@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from escher.core.plan import Intent
-from escher.verify._statement import Statement
+from escher.verify.model import Statement
 
 if TYPE_CHECKING:
     from escher.verify.repair._model import Repair

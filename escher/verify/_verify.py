@@ -16,12 +16,6 @@ from typing import Any
 from escher.core.cluster import ClusterState
 from escher.core.errors import ValidationError, VerificationError
 from escher.core.plan import Plan
-from escher.verify._engine import Decision, decide
-from escher.verify._facts import plan_facts
-from escher.verify._grouped import Grouping, as_written, load_grouped
-from escher.verify._intents import IntentProver, preference_met
-from escher.verify._minimise import minimise
-from escher.verify._problem import Mods, Problem
 from escher.verify._result import (
     Explanation,
     IntentResult,
@@ -29,7 +23,11 @@ from escher.verify._result import (
     Verdict,
     VerificationResult,
 )
-from escher.verify._witness import to_witness, witness_problems
+from escher.verify.check import to_witness, witness_problems
+from escher.verify.engines import Decision, decide
+from escher.verify.explain import IntentProver, minimise, preference_met
+from escher.verify.model import Mods, Problem, plan_facts
+from escher.verify.read import Grouping, as_written, load_grouped
 
 #: Default time budget in seconds for one `verify` call.
 DEFAULT_TIMEOUT = 60.0
@@ -209,7 +207,12 @@ class Verifier:
                 continue
             want = frozenset(met | {i})
             d = decide(
-                plan, self.state, deadline=until, mods=Mods(require=want), memory_mb=self.memory_mb
+                plan,
+                self.state,
+                deadline=until,
+                mods=Mods(require=want),
+                memory_mb=self.memory_mb,
+                side_by_side=False,  # one short try per preference
             )
             if d.status == "feasible" and d.placement is not None:
                 better = to_witness(d.problem, d.placement)

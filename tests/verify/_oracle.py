@@ -97,7 +97,7 @@ def sub_instance(
 
 
 def cap_statement_nodes(plan: Plan, state: ClusterState) -> dict[str, list[str]]:
-    from escher.verify._model import build
+    from escher.verify.model._model import build
 
     p = build(plan, state)
     out: dict[str, list[str]] = {}

@@ -13,13 +13,13 @@ from hypothesis import strategies as st
 from escher.core.cluster import ClusterState
 from escher.core.plan import Plan
 from escher.verify import Verdict, check_placement, verify
-from escher.verify._model import build
-from escher.verify._witness import to_witness
+from escher.verify.check._witness import to_witness
+from escher.verify.model._model import build
 from tests.verify._oracle import cap_statement_nodes, feasible, sub_instance
 
 pytest.importorskip("scipy")
 
-from escher.verify import _arcflow
+from escher.verify.engines import _arcflow
 
 NODE_SHAPES = [{"CPU": 2}, {"CPU": 4}, {"CPU": 3, "GPU": 1}, {"CPU": 4, "GPU": 2}, {"CPU": 5}]
 

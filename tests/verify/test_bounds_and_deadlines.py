@@ -52,7 +52,7 @@ def test_a_milp_that_does_not_answer_is_killed_at_its_hard_deadline(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     pytest.importorskip("scipy")
-    from escher.verify import _bounded
+    from escher.verify.engines import _bounded
 
     if not _bounded._can_fork():
         pytest.skip("the solver runs in this process here")
@@ -69,7 +69,7 @@ def test_a_milp_in_its_own_process_answers_as_in_this_one() -> None:
     import numpy as np
     from scipy.sparse import csr_matrix
 
-    from escher.verify import _bounded
+    from escher.verify.engines import _bounded
 
     # x0 + x1 == 3, x0 <= 1: integral solutions (1, 2) and (0, 3)
     a = csr_matrix(np.array([[1.0, 1.0]]))

@@ -11,12 +11,12 @@ from hypothesis import strategies as st
 
 from escher.core.cluster import ClusterState
 from escher.core.plan import Plan, Separated
-from escher.verify._dive import _counts, _Pools, dive
-from escher.verify._engine import decide
-from escher.verify._greedy import check
-from escher.verify._model import build
-from escher.verify._problem import Problem
-from escher.verify._search import _fold_private, _placement, _Search, _space, search
+from escher.verify.engines._dive import _counts, _Pools, dive
+from escher.verify.engines._engine import decide
+from escher.verify.engines._greedy import check
+from escher.verify.engines._search import _fold_private, _placement, _Search, _space, search
+from escher.verify.model._model import build
+from escher.verify.model._problem import Problem
 from tests.verify._bench import bench
 
 
@@ -155,7 +155,7 @@ def test_the_search_with_folded_limits_agrees_with_the_exact_z3_model() -> None:
     feasible is a checked packing and its infeasible is Z3's unsat, on 150 instances."""
     import random
 
-    from escher.verify import _smt
+    from escher.verify.engines import _smt
 
     decided = {"feasible": 0, "infeasible": 0}
     for seed in range(150):

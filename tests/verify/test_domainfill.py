@@ -10,7 +10,7 @@ from escher.core.cluster import ClusterState, Node
 from escher.core.plan import Colocated, PinnedTo, Plan, Separated, SpreadAtMost, SpreadEvenly
 from escher.core.resources import Resources
 from escher.verify import Verdict, verify
-from escher.verify._domainfill import _level
+from escher.verify.engines._domainfill import _level
 
 
 def cluster(zones: int, per_zone: int, cpu: float = 8) -> ClusterState:

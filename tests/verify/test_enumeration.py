@@ -177,8 +177,8 @@ def test_z3_encodings_alone_agree_with_enumeration(inst: tuple[Plan, ClusterStat
     """Without pre-checks and greedy search, the Z3 encodings alone decide correctly."""
     import time
 
-    from escher.verify._engine import decide
-    from escher.verify._witness import to_witness as _to_witness
+    from escher.verify.check._witness import to_witness as _to_witness
+    from escher.verify.engines._engine import decide
 
     plan, state = inst
     d = decide(plan, state, deadline=time.monotonic() + 30, fast=False)

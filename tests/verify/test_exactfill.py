@@ -1,4 +1,4 @@
-"""Exact completion of zero-slack packings (`escher.verify._exactfill`)."""
+"""Exact completion of zero-slack packings (`escher.verify.engines._exactfill`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from escher.core.cluster import ClusterState
 from escher.core.plan import Plan
 from escher.verify import Verdict, check_placement, verify
-from escher.verify._exactfill import fill
+from escher.verify.engines._exactfill import fill
 
 WAIT = 60.0
 

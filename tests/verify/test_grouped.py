@@ -15,9 +15,9 @@ from escher.core.cluster import ClusterState
 from escher.core.errors import PlanFormatError
 from escher.core.plan import Plan
 from escher.verify import Verdict, VerificationResult, _verify, check_placement, verify
-from escher.verify._grouped import Grouping, load_grouped
-from escher.verify._statement import task_statement
 from escher.verify._verify import Verifier
+from escher.verify.model._statement import task_statement
+from escher.verify.read._grouped import Grouping, load_grouped
 from tests.verify._oracle import assert_minimal_conflict, feasible
 from tests.verify.test_enumeration import instances
 

@@ -9,8 +9,8 @@ import pytest
 
 from escher.core.cluster import ClusterState
 from escher.core.plan import Colocated, Plan
-from escher.verify._engine import _plain, _self_contained, _tightest, decide
-from escher.verify._model import build
+from escher.verify.engines._engine import _plain, _self_contained, _tightest, decide
+from escher.verify.model._model import build
 from tests.verify._bench import bench
 
 

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from escher.core.cluster import ClusterState
 from escher.core.plan import Plan, Separated, SpreadAtMost
 from escher.verify import Verdict, check_placement, verify
-from escher.verify._engine import ENGINES, decide
-from escher.verify._witness import to_witness
+from escher.verify.check._witness import to_witness
+from escher.verify.engines._engine import ENGINES, decide
 from tests.verify._bench import bench
 from tests.verify._oracle import assert_minimal_conflict, feasible
 
@@ -190,8 +190,8 @@ def test_a_stopped_engine_of_the_graph_portfolio_gives_up_with_unknown() -> None
     without an answer, which the portfolio then ignores."""
     import threading
 
-    from escher.verify import _graph
-    from escher.verify._model import build
+    from escher.verify.engines import _graph
+    from escher.verify.model._model import build
 
     plan, cluster, _ = bench().colouring(200, 4, 1000, 0, 41)
     state = ClusterState.from_dict(cluster)

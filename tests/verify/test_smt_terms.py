@@ -7,7 +7,7 @@ import z3
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from escher.verify import _smt
+from escher.verify.engines import _smt
 
 
 def _enc(count: int, bins: int) -> _smt._Enc:

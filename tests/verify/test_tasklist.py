@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 from escher.core.errors import PlanFormatError
 from escher.core.formats import load_json
 from escher.core.plan import Plan
-from escher.verify import _grouped, _tasklist
-from escher.verify._grouped import Grouping, _from_document, load_grouped
-from escher.verify._statement import task_statement
-from escher.verify._tasklist import read_tasks
+from escher.verify.model._statement import task_statement
+from escher.verify.read import _grouped, _tasklist
+from escher.verify.read._grouped import Grouping, _from_document, load_grouped
+from escher.verify.read._tasklist import read_tasks
 
 
 @pytest.fixture(autouse=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from escher.verify._statement import Statement, fmt
-from escher.verify._topology import Domains
+from escher.verify.model._statement import Statement, fmt
+from escher.verify.model._topology import Domains
 
 CONC = "conc"
 

@@ -14,8 +14,8 @@ from collections.abc import Hashable
 
 from escher.core.cluster import ClusterState
 from escher.core.plan import Plan
-from escher.verify._engine import decide
-from escher.verify._problem import Mods
+from escher.verify.engines import decide
+from escher.verify.model import Mods
 
 
 def _families(plan: Plan, core: set[str]) -> tuple[list[list[str]], list[str]]:
@@ -67,6 +67,7 @@ class _Shrink:
             active=frozenset(trial),
             mods=self.mods,
             memory_mb=self.memory_mb,
+            side_by_side=False,  # many short sub-decisions: cheaper in this process
         )
         if d.status == "infeasible":
             smaller = d.core & trial

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from escher.verify._problem import Item, Problem, Rule, Timeout
+from escher.verify.model import Item, Problem, Rule, Timeout
 
 #: Rules `fill` deals with.
 KINDS = ("even", "limit", "together")

@@ -2,7 +2,7 @@
 
 A placement found here proves feasibility only once a checker accepts it. `check` is the
 problem-level checker (used for sub-problems); the plan-level independent checker is
-`escher.verify._check`.
+`escher.verify.check._check`.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
-from escher.verify import _domainfill
-from escher.verify._problem import Item, Problem, Timeout
-from escher.verify._witness import Placement
+from escher.verify.check import Placement
+from escher.verify.engines import _domainfill
+from escher.verify.model import Item, Problem, Timeout
 
 
 def classes(p: Problem) -> dict[tuple[object, ...], list[int]]:

@@ -12,9 +12,9 @@ from escher.core.cluster import ClusterState, Node
 from escher.core.errors import ValidationError
 from escher.core.nodespec import NodeSpec
 from escher.core.plan import Plan, PlannedResource
-from escher.verify._facts import PlanFacts
-from escher.verify._scales import cap_units, scales, to_units
-from escher.verify._statement import Statement
+from escher.verify.model._facts import PlanFacts
+from escher.verify.model._scales import cap_units, scales, to_units
+from escher.verify.model._statement import Statement
 
 _TYPE_LABEL_KEYS = (
     "type",

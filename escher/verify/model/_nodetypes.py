@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from escher.core.plan import PinnedTo
-from escher.verify._context import Ctx
-from escher.verify._planned import type_label
-from escher.verify._problem import Cap, NodeType
-from escher.verify._statement import Statement, fmt
+from escher.verify.model._context import Ctx
+from escher.verify.model._planned import type_label
+from escher.verify.model._problem import Cap, NodeType
+from escher.verify.model._statement import Statement, fmt
 
 
 def pin_sets(ctx: Ctx) -> tuple[dict[int, frozenset[int]], dict[str, frozenset[int]]]:

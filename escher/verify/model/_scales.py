@@ -7,7 +7,7 @@ import math
 from escher.core.cluster import ClusterState
 from escher.core.plan import Plan
 from escher.core.resources import EPSILON
-from escher.verify._facts import PlanFacts
+from escher.verify.model._facts import PlanFacts
 
 
 def _decimals(x: float) -> int:

@@ -21,8 +21,8 @@ from typing import Any
 
 import z3
 
-from escher.verify._greedy import classes
-from escher.verify._problem import Item, Problem, Rule
+from escher.verify.engines._greedy import classes
+from escher.verify.model import Item, Problem, Rule
 
 #: Largest class x node product the exact encoding accepts.
 EXACT_LIMIT = 6000

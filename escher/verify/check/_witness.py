@@ -6,8 +6,8 @@ from collections.abc import Mapping, Sequence
 
 from escher.core.cluster import ClusterState
 from escher.core.plan import Plan
-from escher.verify._check import check_placement
-from escher.verify._problem import Problem
+from escher.verify.check._check import check_placement
+from escher.verify.model import Problem
 
 #: Per item: the node index of each of its `mult` copies.
 Placement = list[list[int]]

@@ -27,8 +27,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from escher.verify._greedy import classes
-from escher.verify._problem import Item, Problem, Timeout
+from escher.verify.engines._greedy import classes
+from escher.verify.model import Item, Problem, Timeout
 
 #: Maximal fills tried per (node type, step) before the search stops being exhaustive.
 FILL_LIMIT = 200

@@ -24,13 +24,13 @@ from typing import Any, TypeVar, cast
 
 from escher.core.cluster import ClusterState
 from escher.core.plan import Plan
-from escher.verify._bounds import precheck
-from escher.verify._dive import find
-from escher.verify._greedy import STRATEGIES, check, classes, greedy
-from escher.verify._model import build
-from escher.verify._problem import Item, Mods, Problem, Timeout, type_total
-from escher.verify._search import applicable, search
-from escher.verify._witness import Placement
+from escher.verify.check import Placement
+from escher.verify.engines import _portfolio
+from escher.verify.engines._bounds import precheck
+from escher.verify.engines._dive import find
+from escher.verify.engines._greedy import STRATEGIES, check, classes, greedy
+from escher.verify.engines._search import applicable, search
+from escher.verify.model import Item, Mods, Problem, Timeout, build, type_total
 
 _T = TypeVar("_T")
 
@@ -156,7 +156,7 @@ def _graph_stage(run: _Run) -> Decision | None:
     """Pairwise separations as a graph: DSatur first (milliseconds), then Tabucol and the
     exact 0/1 model side by side (the SAT solver releases the GIL): the first definite
     answer wins and the other is stopped at once."""
-    from escher.verify import _graph
+    from escher.verify.engines import _graph
 
     if not _graph.applicable(run.p):
         return None
@@ -220,7 +220,7 @@ def _around(run: _Run, fixed: Placement | None, method: str) -> Decision | None:
 
 def _arcflow_stage(run: _Run) -> Decision | None:
     """The arc-flow model (HiGHS): exact for one dimension, else each dimension alone."""
-    from escher.verify import _arcflow  # imported when first needed (SciPy), as are Z3's
+    from escher.verify.engines import _arcflow  # imported when first needed (SciPy), as are Z3's
 
     if not _arcflow.available() or not applicable(run.p) or run.too_wide:
         return None
@@ -243,7 +243,7 @@ def _arcflow_stage(run: _Run) -> Decision | None:
 
 
 def _relaxed_stage(run: _Run) -> Decision | None:
-    from escher.verify import _smt
+    from escher.verify.engines import _smt
 
     status, data = run.timed("z3_relaxed", lambda: _smt.relaxed(run.p, run.deadline, run.memory_mb))
     if status == "unsat":
@@ -343,13 +343,15 @@ def _quick_search_stage(run: _Run) -> Decision | None:
     return _search_stage(run, min(QUICK_SEARCH, max(0.0, run.left()) * 0.3))
 
 
-def _search_stage(run: _Run, budget: float | None = None) -> Decision | None:
+def _search_stage(
+    run: _Run, budget: float | None = None, share_of_left: float = SEARCH_SHARE
+) -> Decision | None:
     """The exact packing search; with creations or domain rules, it packs the simple items
     exactly and places the others around them."""
     pk = run.packing
     if pk is None:
         return None
-    share = max(0.0, run.left()) * SEARCH_SHARE
+    share = max(0.0, run.left()) * share_of_left
     until = time.monotonic() + (share if budget is None else min(budget, share))
     status, placement = run.timed("search", lambda: search(pk.sub, until))
     if status == "infeasible" and pk.groups:  # left to the engines that name the
@@ -392,7 +394,7 @@ def _all_statements(p: Problem) -> frozenset[str]:
 
 
 def _exact_stage(run: _Run) -> Decision | None:
-    from escher.verify import _smt
+    from escher.verify.engines import _smt
 
     status, data = run.timed("z3_exact", lambda: _smt.exact(run.p, run.deadline, run.memory_mb))
     if status == "unsat":
@@ -476,6 +478,114 @@ def _unbuilt(plan: Plan, state: ClusterState, seconds: float) -> Decision:
     )
 
 
+#: The order of the engines for small problems (at most `SMALL` copies), in this process:
+#: the exact Z3 model decides them in milliseconds, less than starting processes takes.
+SMALL_STAGES: list[Callable[[_Run], Decision | None]] = [
+    _greedy_stage,
+    _graph_stage,
+    _exact_stage,
+    _relaxed_stage,
+    _search_stage,
+]
+
+
+def _search_lane(run: _Run) -> Decision | None:
+    """The packing search in a lane of its own: the dive, then the exact search to the end."""
+    return _dive_stage(run) or _search_stage(run, share_of_left=1.0)
+
+
+def _z3_lane(run: _Run) -> Decision | None:
+    """Z3 in a lane of its own: counts per node type, then the model per node."""
+    return _relaxed_stage(run) or _exact_stage(run)
+
+
+def _lanes(run: _Run) -> dict[str, Callable[[_Run], Decision | None]]:
+    """The lanes that can decide this problem, each run in its own process by `_race`.
+    An engine that cannot take the problem (no SciPy or too wide for arc-flow, no simple
+    items for the search) gets no lane, so the ones that can share the processors. Where
+    separations make a graph, the packing search and arc-flow get none either: on every
+    colouring of the bench neither decided anything alone, while the graph engine did
+    (docs/verify-engines.md), and the processors are better left to it and to Z3."""
+    from escher.verify.engines import _arcflow, _graph
+
+    lanes: dict[str, Callable[[_Run], Decision | None]] = {}
+    if _graph.applicable(run.p):
+        lanes["graph"] = _graph_stage
+    else:
+        if run.packing is not None:
+            lanes["search"] = _search_lane
+        if _arcflow.available() and applicable(run.p) and not run.too_wide:
+            lanes["arcflow"] = _arcflow_stage
+    lanes["z3"] = _z3_lane
+    return lanes
+
+
+def _lane_answer(run: _Run, lane: Callable[[_Run], Decision | None]) -> dict[str, Any]:
+    """Run `lane` (in the child) and its answer as plain values to send to the parent."""
+    got = None
+    try:
+        if run.left() > 0:
+            got = lane(run)
+    except Timeout:
+        run.notes.append("time limit reached")
+    return {
+        "status": "unknown" if got is None else got.status,
+        "placement": None if got is None else got.placement,
+        "core": frozenset() if got is None else got.core,
+        "method": "" if got is None else got.method,
+        "cause": "" if got is None else got.cause,
+        "notes": run.notes,
+        "proven": run.proven,
+        "times": run.times,
+    }
+
+
+def _race(run: _Run) -> Decision:
+    """The engines side by side, one process each: the first definite answer wins. A
+    witness counts once the checker here confirms it; an infeasibility is the engine's
+    proof (an unsat core of Z3 or the SAT solver, an infeasible exact MILP, an exhausted
+    packing search)."""
+    lanes = _lanes(run)
+
+    def accept(name: str, answer: dict[str, Any]) -> bool:
+        if answer["status"] == "feasible":
+            return not check(run.p, answer["placement"])
+        return bool(answer["status"] == "infeasible")
+
+    t0 = time.perf_counter()
+    done = _portfolio.race(
+        {name: partial(_lane_answer, run, lane) for name, lane in lanes.items()},
+        run.deadline,
+        accept,
+    )
+    run.times["portfolio"] = time.perf_counter() - t0
+    for name, seconds in done.seconds.items():
+        run.times[f"lane:{name}"] = seconds
+    if done.winner is not None:
+        a = done.answer
+        run.times.update({k: v for k, v in a["times"].items() if k not in run.times})
+        return Decision(
+            a["status"],
+            run.p,
+            a["placement"],
+            core=a["core"],
+            method=a["method"],
+            cause=a["cause"],
+            times=run.times,
+        )
+    for name, a in done.others.items():
+        run.proven.extend(x for x in a["proven"] if x not in run.proven)
+        run.notes.extend(f"{name}: {n}" for n in a["notes"] if n != "time limit reached")
+        if a["status"] == "feasible":
+            run.notes.append(f"{name}: its placement failed the check")
+    if run.left() <= 0 or done.silent:
+        stopped = ", ".join(sorted(done.silent))
+        if stopped:
+            run.notes.append(f"still running at the deadline: {stopped}")
+        return _unknown(run, "time limit reached")
+    return _unknown(run, "; ".join(run.notes) or "no engine decided it")
+
+
 #: The engines by name, for `decide(engines=...)` ("bounds" is the pre-checks).
 ENGINES: dict[str, Callable[[_Run], Decision | None]] = {
     "greedy": _greedy_stage,
@@ -488,6 +598,19 @@ ENGINES: dict[str, Callable[[_Run], Decision | None]] = {
 }
 
 
+#: The engines in turn, in this order, where they cannot run side by side.
+IN_TURN: list[Callable[[_Run], Decision | None]] = [
+    _greedy_stage,
+    _graph_stage,
+    _dive_stage,
+    _arcflow_stage,
+    _relaxed_stage,
+    _quick_search_stage,
+    _search_stage,
+    _exact_stage,
+]
+
+
 def decide(
     plan: Plan,
     state: ClusterState,
@@ -498,6 +621,7 @@ def decide(
     memory_mb: int | None = None,
     fast: bool = True,
     engines: frozenset[str] | None = None,
+    side_by_side: bool = True,
 ) -> Decision:
     """Decide one problem. Never runs past `deadline` by more than one solver call's slack.
 
@@ -506,6 +630,10 @@ def decide(
             the Z3 encodings alone).
         engines: Only these engines (names of `ENGINES`; the bench runs each alone), the
             pre-checks only when "bounds" is among them.
+        side_by_side: After the pre-checks and the greedy search, the engines race in
+            processes of their own (`_race`) where this system allows it; False runs them
+            in turn, in this process (minimisation, intent proofs and preferences decide
+            many short sub-problems, for which starting processes costs more than it wins).
     """
     t0 = time.perf_counter()
     try:
@@ -518,32 +646,35 @@ def decide(
         conflict = run.timed("precheck", lambda: precheck(p, deadline))
         if conflict is not None:
             return run.infeasible(conflict.core, conflict.method, conflict.cause)
-    stages = [
-        _greedy_stage,
-        _graph_stage,
-        _dive_stage,
-        _arcflow_stage,
-        _relaxed_stage,
-        _quick_search_stage,
-        _search_stage,
-        _exact_stage,
-    ]
-    if sum(it.mult for it in p.items) <= SMALL:
-        stages = [_greedy_stage, _graph_stage, _exact_stage, _relaxed_stage, _search_stage]
+    small = sum(it.mult for it in p.items) <= SMALL
+    try:
+        if side_by_side and engines is None and fast and not small and _portfolio.available():
+            got = _greedy_stage(run)
+            return got if got is not None else _race(run)
+        return _in_turn(run, _stages(small, fast, engines))
+    except Timeout:
+        return _unknown(run, "time limit reached")
+
+
+def _stages(
+    small: bool, fast: bool, engines: frozenset[str] | None
+) -> list[Callable[[_Run], Decision | None]]:
+    stages: list[Callable[[_Run], Decision | None]] = SMALL_STAGES if small else IN_TURN
     if not fast:
         stages = [_relaxed_stage, _exact_stage]
     if engines is not None:
         chosen = {ENGINES[e] for e in engines if e in ENGINES}
         stages = [st for st in stages if st in chosen]
-    try:
-        for stage in stages:
-            if run.left() <= 0:
-                raise Timeout
-            got = stage(run)
-            if got is not None:
-                return got
-    except Timeout:
-        return _unknown(run, "time limit reached")
+    return stages
+
+
+def _in_turn(run: _Run, stages: list[Callable[[_Run], Decision | None]]) -> Decision:
+    for stage in stages:
+        if run.left() <= 0:
+            raise Timeout
+        got = stage(run)
+        if got is not None:
+            return got
     if run.left() <= 0:
         return _unknown(run, "time limit reached")
     return _unknown(run, "; ".join(run.notes) or "no engine decided it")

@@ -23,8 +23,8 @@ import time
 from dataclasses import dataclass
 from itertools import accumulate
 
-from escher.verify._graph import clique_conflict
-from escher.verify._problem import Item, Problem, type_total
+from escher.verify.engines._graph import clique_conflict
+from escher.verify.model import Item, Problem, type_total
 
 
 @dataclass(frozen=True)

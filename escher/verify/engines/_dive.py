@@ -25,8 +25,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 
-from escher.verify._problem import Problem
-from escher.verify._search import (
+from escher.verify.engines._search import (
     INF,
     Fill,
     _fold_private,
@@ -36,6 +35,7 @@ from escher.verify._search import (
     _space,
     applicable,
 )
+from escher.verify.model import Problem
 
 #: Counts tried per pool when building candidates (evenly spread from the most to one).
 COUNTS = 12

@@ -6,10 +6,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from escher.core.plan import Colocated, PlannedTask
-from escher.verify._context import Ctx
-from escher.verify._groups import Groups
-from escher.verify._problem import CONC, Item
-from escher.verify._scales import cap_units, to_units
+from escher.verify.model._context import Ctx
+from escher.verify.model._groups import Groups
+from escher.verify.model._problem import CONC, Item
+from escher.verify.model._scales import cap_units, to_units
 
 
 class UnionFind:

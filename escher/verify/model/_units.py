@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from escher.core.plan import Gang, PlannedTask
-from escher.verify._context import Ctx
+from escher.verify.model._context import Ctx
 
 #: Unit -> its member tasks with their replicas.
 Members = dict[str, list[tuple[str, int]]]

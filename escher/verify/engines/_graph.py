@@ -27,8 +27,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from escher.verify._problem import Problem
-from escher.verify._witness import Placement
+from escher.verify.check import Placement
+from escher.verify.model import Problem
 
 #: The python-sat solver of the 0/1 model: Glucose 4 stops when interrupted (CaDiCaL 1.9
 #: there does not, so a deadline could not be kept), and solved the colourings measured
@@ -185,7 +185,7 @@ def _task_names(p: Problem, items: list[int]) -> str:
 def colour(p: Problem, g: Graph, deadline: float) -> Placement | None:
     """DSatur over the graph's copies, capacity- and limit-aware; None when some copy finds
     no node. The other items are left to the caller (`fixed` placement)."""
-    from escher.verify._greedy import _Packer
+    from escher.verify.engines._greedy import _Packer
 
     packer = _Packer(p)
     n_nodes = len(p.node_ids)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from escher.core.plan import Colocated, Gang, Separated, SpreadAtMost, SpreadEvenly
-from escher.verify._context import Ctx
-from escher.verify._problem import CONC, Rule
-from escher.verify._topology import topology_key
+from escher.verify.model._context import Ctx
+from escher.verify.model._problem import CONC, Rule
+from escher.verify.model._topology import topology_key
 
 
 @dataclass

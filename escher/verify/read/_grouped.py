@@ -21,9 +21,9 @@ from escher.core.cluster import ClusterState
 from escher.core.errors import PlanFormatError
 from escher.core.formats import parse_bytes, paused_gc, read_bytes, read_document
 from escher.core.plan import Plan
-from escher.verify._engine import decide
-from escher.verify._statement import Statement, named_statement, task_words
-from escher.verify._tasklist import TaskList, Unread, read_tasks
+from escher.verify.engines import decide
+from escher.verify.model import Statement, named_statement, task_words
+from escher.verify.read._tasklist import TaskList, Unread, read_tasks
 
 #: Files of this many bytes or more are read without building each task entry first
 #: (`_tasklist`); a smaller one is read whole, at less than importing that reader costs.
@@ -172,7 +172,12 @@ class Grouping:
         ]
         trial = Plan(self.plan.resources, tasks, self.plan.intents, self.plan.topologies)
         d = decide(
-            trial, state, deadline=time.monotonic() + seconds, active=core, memory_mb=memory_mb
+            trial,
+            state,
+            deadline=time.monotonic() + seconds,
+            active=core,
+            memory_mb=memory_mb,
+            side_by_side=False,  # one of many short tries
         )
         return {"infeasible": True, "feasible": False}.get(d.status)
 

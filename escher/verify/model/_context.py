@@ -6,11 +6,11 @@ from dataclasses import dataclass, field
 
 from escher.core.cluster import ClusterState
 from escher.core.plan import Intent, Plan
-from escher.verify._facts import PlanFacts
-from escher.verify._planned import NodePart
-from escher.verify._problem import Mods
-from escher.verify._statement import Statement, Statements
-from escher.verify._topology import Domains
+from escher.verify.model._facts import PlanFacts
+from escher.verify.model._planned import NodePart
+from escher.verify.model._problem import Mods
+from escher.verify.model._statement import Statement, Statements
+from escher.verify.model._topology import Domains
 
 
 @dataclass

@@ -14,7 +14,7 @@ from typing import Any
 
 from escher.core.plan import Plan, PlannedTask, ResourceCreation
 from escher.core.resources import Resources
-from escher.verify._statement import Statement, task_statement
+from escher.verify.model._statement import Statement, task_statement
 
 #: A unit of identical tasks: its first task, its replicas in all, its members and theirs.
 ClassUnit = tuple[PlannedTask, int, list[tuple[str, int]]]

@@ -32,16 +32,16 @@ import time
 
 from escher.core.cluster import ClusterState
 from escher.core.plan import Plan
-from escher.verify._context import Ctx
-from escher.verify._facts import plan_facts
-from escher.verify._groups import Groups, groups
-from escher.verify._items import items
-from escher.verify._nodetypes import node_types, pin_sets
-from escher.verify._planned import node_part
-from escher.verify._problem import Item, Mods, NodeType, Problem, Timeout
-from escher.verify._statement import intent_statement
-from escher.verify._topology import domains_of
-from escher.verify._units import units
+from escher.verify.model._context import Ctx
+from escher.verify.model._facts import plan_facts
+from escher.verify.model._groups import Groups, groups
+from escher.verify.model._items import items
+from escher.verify.model._nodetypes import node_types, pin_sets
+from escher.verify.model._planned import node_part
+from escher.verify.model._problem import Item, Mods, NodeType, Problem, Timeout
+from escher.verify.model._statement import intent_statement
+from escher.verify.model._topology import domains_of
+from escher.verify.model._units import units
 
 
 def _statements(ctx: Ctx) -> None:

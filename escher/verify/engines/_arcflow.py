@@ -30,9 +30,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from escher.verify import _bounded, _exactfill
-from escher.verify._problem import Problem
-from escher.verify._search import INF, Fill, _placement, _Space, _space, applicable
+from escher.verify.engines import _bounded, _exactfill
+from escher.verify.engines._search import INF, Fill, _placement, _Space, _space, applicable
+from escher.verify.model import Problem
 
 #: Arcs (over all node types) above which the model is not built.
 ARC_LIMIT = 150_000
@@ -262,7 +262,7 @@ def _walk(
 
 def _exact_fills(m: _Model, deadline: float) -> list[tuple[int, Fill]] | None:
     """Zero slack on one node type: fills found by exact completion
-    (`escher.verify._exactfill`), given at most `EXACT_FILL_SHARE` of the time left."""
+    (`escher.verify.engines._exactfill`), given at most `EXACT_FILL_SHARE` of the time left."""
     types = [t for t, n in enumerate(m.nodes) if n]
     if not m.exact or len(types) != 1:
         return None
@@ -320,7 +320,7 @@ def project(p: Problem, deadline: float) -> frozenset[str] | None:
 
 
 def _core(p: Problem, sp: _Space, d: int, classes: list[int]) -> frozenset[str]:
-    from escher.verify._search import _dims
+    from escher.verify.engines._search import _dims
 
     core = {s for c in classes for i in sp.idxs[c] for s in p.items[i].stmts}
     core |= {s for c in classes for i in sp.idxs[c] for s in p.items[i].allowed_stmts}

@@ -30,13 +30,10 @@ from escher.core.plan import (
     SpreadAtMost,
     SpreadEvenly,
 )
-from escher.verify._check import check_placement, intent_violation
-from escher.verify._engine import decide
-from escher.verify._facts import plan_facts
-from escher.verify._problem import Mods
 from escher.verify._result import IntentResult, IntentStatus
-from escher.verify._topology import EACH_NODE, domains_for, topology_key
-from escher.verify._witness import to_witness
+from escher.verify.check import check_placement, intent_violation, to_witness
+from escher.verify.engines import decide
+from escher.verify.model import EACH_NODE, Mods, domains_for, plan_facts, topology_key
 
 #: Scenarios tried per intent before it is reported unknown ("too many cases").
 SCENARIO_LIMIT = 200
@@ -329,7 +326,14 @@ class IntentProver:
             if left <= 0:
                 return IntentResult(intent, IntentStatus.UNKNOWN, detail="timed out")
             until = time.monotonic() + left / (len(scenarios) - j)
-            d = decide(sub, self.state, deadline=until, mods=mods, memory_mb=self.memory_mb)
+            d = decide(
+                sub,
+                self.state,
+                deadline=until,
+                mods=mods,
+                memory_mb=self.memory_mb,
+                side_by_side=False,  # many short sub-decisions: cheaper in this process
+            )
             if d.status == "feasible":
                 assert d.placement is not None
                 cex = to_witness(d.problem, d.placement)
@@ -353,6 +357,7 @@ class IntentProver:
             deadline=deadline,
             mods=Mods(drop_intents=True),
             memory_mb=self.memory_mb,
+            side_by_side=False,
         )
         if base.status == "infeasible":
             return IntentResult(
