@@ -11,19 +11,26 @@ if result.status is Verdict.INFEASIBLE:
 See docs/verify.md.
 """
 
+from escher.core.verdict import EXIT_CODES, Verdict
 from escher.verify._app import verify_app
 from escher.verify._check import check_placement, intent_violation
+from escher.verify._grouped import Grouping, as_written, load_grouped
 from escher.verify._intents import intent_subplan
 from escher.verify._result import (
-    EXIT_CODES,
+    EXIT_BAD_INPUT,
     Explanation,
     IntentResult,
     IntentStatus,
-    Verdict,
     VerificationResult,
 )
 from escher.verify._statement import Statement
-from escher.verify._verify import DEFAULT_TIMEOUT, Verifier, ensure_feasible, verify
+from escher.verify._verify import (
+    DEFAULT_TIMEOUT,
+    EXPLAIN_SHARE,
+    Verifier,
+    ensure_feasible,
+    verify,
+)
 from escher.verify.repair import (
     Change,
     Repair,
@@ -35,9 +42,12 @@ from escher.verify.repair import (
 
 __all__ = [
     "DEFAULT_TIMEOUT",
+    "EXIT_BAD_INPUT",
     "EXIT_CODES",
+    "EXPLAIN_SHARE",
     "Change",
     "Explanation",
+    "Grouping",
     "IntentResult",
     "IntentStatus",
     "Repair",
@@ -47,11 +57,13 @@ __all__ = [
     "VerificationResult",
     "Verifier",
     "apply_repair",
+    "as_written",
     "check_placement",
     "ensure_feasible",
     "find_repairs",
     "intent_subplan",
     "intent_violation",
+    "load_grouped",
     "verify",
     "verify_app",
     "with_repairs",
