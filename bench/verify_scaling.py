@@ -65,9 +65,9 @@ from typing import Any
 import z3
 from click.testing import CliRunner
 
+from escher.cli.verify import verify as verify_cmd
 from escher.core.cluster import ClusterState
 from escher.core.plan import Colocated, Plan, Separated
-from escher.verify._cli import verify as verify_cmd
 
 NODE_TYPES: dict[str, dict[str, float]] = {
     "cpu": {"CPU": 32, "memory": 128},

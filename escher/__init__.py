@@ -12,7 +12,7 @@ Quick start::
 
 from typing import TYPE_CHECKING, Any
 
-from escher._api import (
+from escher.api import (
     RemoteFunction,
     Session,
     cancel,

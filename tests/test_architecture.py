@@ -1,21 +1,43 @@
-"""The package's shape: no import cycles, and every module imports on its own.
+"""The package's shape: layers whose imports only point down, package faces, no import loops.
 
-The import graph is read from the source with the standard library's `ast` (every `import`
-and `from ... import` of an escher module, wherever it appears in a file, counts as an edge:
-a lazy import inside a function is still a dependency).
+The import graph is read from the source with the standard library's `ast`: every `import`
+and `from ... import` of an escher module, wherever it stands in a file (a lazy import inside
+a function, or one under ``if TYPE_CHECKING:``, is still a dependency). Every module under
+escher/ is read, whatever modules exist, so the rules hold for code added later.
+
+The rules (docs/architecture.md explains them; its table of layers is read here, so the page
+and the test cannot disagree):
+
+* a package imports only packages of lower layers (never its own layer's siblings);
+* nothing inside escher imports the package face ``escher`` (escher/__init__.py);
+* a private module (``_name``, at any depth) is imported only from inside the top-level
+  package that holds it (``escher.x._y`` and ``escher.x.sub._z`` only from ``escher.x...``;
+  ``escher._y`` only from the face), and private names only from within one's own package;
+* no import loops, between packages or between modules.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "escher"
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+FACE = "escher"
+
+#: Modules the rules do not apply to, each with its reason (the list is meant to stay short).
+#: Sample programs are user code shipped as files (`escher plan app.py:main`): they import
+#: `escher` as any user program does, and no module of the library imports them.
+EXEMPT_PREFIXES: dict[str, str] = {
+    "escher.samples.": "sample programs: user code shipped as files, run by path, never imported",
+}
 
 
 def _module_name(path: Path) -> str:
@@ -36,17 +58,43 @@ def _resolve(name: str, known: dict[str, Path]) -> str | None:
     return name or None
 
 
-def import_graph() -> dict[str, set[str]]:
-    """Module -> the escher modules it imports (packages count as their __init__)."""
+@dataclass(frozen=True)
+class Import:
+    """One import of an escher module: who, where, and what it names.
+
+    Attributes:
+        importer: The importing module (``escher.cli.verify``).
+        path: Its file.
+        line: The import's line.
+        target: The escher module imported (``from escher import api`` imports
+            ``escher.api``; ``from escher.verify import verify`` imports ``escher.verify``).
+        names: The names taken from `target` (empty for ``import x``).
+    """
+
+    importer: str
+    path: Path
+    line: int
+    target: str
+    names: tuple[str, ...] = ()
+
+    def where(self) -> str:
+        """``path:line``, from the repository root."""
+        return f"{self.path.relative_to(ROOT)}:{self.line}"
+
+
+def imports() -> list[Import]:
+    """Every import of an escher module by a module of escher/, in file order."""
     known = _modules()
-    graph: dict[str, set[str]] = {name: set() for name in known}
+    found: list[Import] = []
     for name, path in known.items():
         is_package = path.name == "__init__.py"
         base = name if is_package else name.rpartition(".")[0]
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            targets: list[str] = []
             if isinstance(node, ast.Import):
-                targets = [alias.name for alias in node.names]
+                for alias in node.names:
+                    target = _resolve(alias.name, known)
+                    if alias.name.split(".")[0] == "escher" and target:
+                        found.append(Import(name, path, node.lineno, target))
             elif isinstance(node, ast.ImportFrom):
                 if node.level:
                     anchor = base.split(".")
@@ -54,13 +102,127 @@ def import_graph() -> dict[str, set[str]]:
                     module = ".".join([*anchor, *([node.module] if node.module else [])])
                 else:
                     module = node.module or ""
-                targets = [f"{module}.{alias.name}" for alias in node.names] + [module]
-            for target in targets:
-                if target.split(".")[0] != "escher":
+                if module.split(".")[0] != "escher":
                     continue
-                resolved = _resolve(target, known)
-                if resolved and resolved != name:
-                    graph[name].add(resolved)
+                plain: list[str] = []
+                for alias in node.names:  # `from escher import api` imports the module
+                    if f"{module}.{alias.name}" in known:
+                        found.append(Import(name, path, node.lineno, f"{module}.{alias.name}"))
+                    else:
+                        plain.append(alias.name)
+                target = _resolve(module, known)
+                if plain and target:
+                    found.append(Import(name, path, node.lineno, target, tuple(plain)))
+    return sorted(found, key=lambda i: (str(i.path), i.line))
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the escher modules it imports (packages count as their __init__)."""
+    graph: dict[str, set[str]] = {name: set() for name in _modules()}
+    for imp in imports():
+        if imp.target != imp.importer:
+            graph[imp.importer].add(imp.target)
+    return graph
+
+
+def layers() -> list[tuple[str, ...]]:
+    """The layers, lowest first, as docs/architecture.md's table between ``<!-- layers -->``
+    and ``<!-- /layers -->`` lists them: each row's packages, in backticks."""
+    text = ARCHITECTURE.read_text()
+    block = re.search(r"<!-- layers -->(.*?)<!-- /layers -->", text, re.S)
+    assert block, f"{ARCHITECTURE}: no <!-- layers --> ... <!-- /layers --> table"
+    rows = [line.split("|") for line in block.group(1).splitlines() if line.startswith("|")]
+    found = [tuple(re.findall(r"`([\w.]+)`", cells[2])) for cells in rows if len(cells) > 3]
+    return [row for row in found if row]
+
+
+def unit(module: str) -> str:
+    """The top-level package (or top-level module) a module belongs to: ``escher.cli.verify``
+    -> ``cli``; the face ``escher`` -> ``escher``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else FACE
+
+
+def _exempt(module: str) -> bool:
+    return any(module.startswith(prefix) for prefix in EXEMPT_PREFIXES)
+
+
+def _owner_of_private(target: str) -> str | None:
+    """The top-level package a private module is private to (``escher.verify._grouped`` and
+    ``escher.verify.engines._smt`` -> ``escher.verify``; ``escher._x`` -> the face), or None
+    for a public module. Inside a top-level package, its sub-packages share their privates."""
+    parts = target.split(".")
+    if not any(p.startswith("_") and not p.startswith("__") for p in parts[1:]):
+        return None
+    return FACE if parts[1].startswith("_") else ".".join(parts[:2])
+
+
+def layer_violations() -> list[str]:
+    """Every import that breaks a rule, as ``file:line: rule: what; what to do``."""
+    order = {name: level for level, row in enumerate(layers()) for name in row}
+    problems: list[str] = []
+    unplaced: set[str] = set()
+    for imp in imports():
+        if _exempt(imp.importer):
+            continue
+        here, there = unit(imp.importer), unit(imp.target)
+        for name in (here, there):
+            if name not in order and name not in unplaced:
+                unplaced.add(name)
+                problems.append(
+                    f"{imp.where()}: unplaced: 'escher.{name}' is in no layer of "
+                    "docs/architecture.md; add it to the table of layers"
+                )
+        if imp.target == FACE and imp.importer != FACE:
+            problems.append(
+                f"{imp.where()}: face: {imp.importer} imports the package face 'escher' "
+                f"({', '.join(imp.names) or 'import escher'}); import from the package that "
+                "defines the name (escher.api, escher.core, ...)"
+            )
+        elif here != there and here in order and there in order:
+            if order[there] > order[here]:
+                rule = "up"
+            elif order[there] == order[here]:
+                rule = "sideways"
+            else:
+                rule = ""
+            if rule:
+                problems.append(
+                    f"{imp.where()}: {rule}: {imp.importer} imports {imp.target}; layer "
+                    f"{order[here] + 1} ({here}) may import only lower layers, and {there} is "
+                    f"in layer {order[there] + 1} (docs/architecture.md)"
+                )
+        owner = _owner_of_private(imp.target)
+        inside = owner is not None and (
+            imp.importer == owner if owner == FACE else imp.importer.startswith(owner + ".")
+        )
+        if owner is not None and not inside and imp.importer != owner:
+            problems.append(
+                f"{imp.where()}: private: {imp.importer} imports {imp.target}, private to "
+                f"{owner}; export what is needed from {owner}'s __init__ and import it from there"
+            )
+        foreign = owner is None and not (
+            imp.importer == imp.target or imp.importer.startswith(imp.target + ".")
+        )
+        private_names = [n for n in imp.names if n.startswith("_") and not n.startswith("__")]
+        if foreign and private_names and unit(imp.importer) != unit(imp.target):
+            problems.append(
+                f"{imp.where()}: private: {imp.importer} takes {', '.join(private_names)} "
+                f"from {imp.target}; export a public name there and use it"
+            )
+    return problems
+
+
+def package_graph() -> dict[str, set[str]]:
+    """Top-level package -> the top-level packages it imports."""
+    graph: dict[str, set[str]] = {}
+    for imp in imports():
+        if _exempt(imp.importer):
+            continue
+        graph.setdefault(unit(imp.importer), set())
+        graph.setdefault(unit(imp.target), set())
+        if unit(imp.importer) != unit(imp.target):
+            graph[unit(imp.importer)].add(unit(imp.target))
     return graph
 
 
@@ -133,6 +295,61 @@ def test_no_import_cycles() -> None:
     )
     stale = [k for k in KNOWN_CYCLES if not any(set(c) & k for c in real)]
     assert not stale, f"no longer cycles, remove from KNOWN_CYCLES: {stale}"
+
+
+def test_imports_point_down_the_layers() -> None:
+    problems = layer_violations()
+    assert not problems, "imports against docs/architecture.md:\n" + "\n".join(problems)
+
+
+def test_no_import_loops_between_packages() -> None:
+    loops = cycles(package_graph())
+    assert not loops, "import loops between packages of escher/:\n" + "\n".join(
+        " <-> ".join(loop) for loop in loops
+    )
+
+
+def test_every_package_is_in_one_layer() -> None:
+    table = layers()
+    listed = [name for row in table for name in row]
+    assert len(listed) == len(set(listed)), f"a package is in two layers: {table}"
+    present = {unit(name) for name in _modules() if not _exempt(name)}
+    assert present <= set(listed), f"in no layer of docs/architecture.md: {present - set(listed)}"
+    missing = set(listed) - present
+    assert not missing, f"docs/architecture.md names packages that do not exist: {missing}"
+
+
+def test_the_rules_catch_each_kind_of_import(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a small made-up tree: each rule fires once, with the file, the line and the rule."""
+    files = {
+        "escher/__init__.py": "from escher.cli import run\n",
+        "escher/core/__init__.py": "",
+        "escher/core/_x.py": "",
+        "escher/core/a.py": "import os\n\ndef f():\n    from escher.cli import b\n",
+        "escher/cli/__init__.py": "from escher.cli.b import run\n",
+        "escher/cli/b.py": "from escher.core import _x\n\ndef run():\n    pass\n",
+        "escher/cli/c.py": "import escher\n",
+        "escher/tool/__init__.py": "from escher.core import a\n",
+        "escher/samples/app.py": "import escher\n",
+        "docs/architecture.md": "<!-- layers -->\n| L | P | W |\n|---|---|---|\n"
+        "| 1 | `core` | x |\n| 2 | `cli` | y |\n| 3 | `escher` | z |\n<!-- /layers -->\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", tmp_path / "escher")
+    monkeypatch.setattr(sys.modules[__name__], "ARCHITECTURE", tmp_path / "docs/architecture.md")
+    problems = layer_violations()
+    assert [p.split(": ")[0:2] for p in problems] == [
+        ["escher/cli/b.py:1", "private"],
+        ["escher/cli/c.py:1", "face"],
+        ["escher/core/a.py:4", "up"],
+        ["escher/tool/__init__.py:1", "unplaced"],
+    ], problems
+    assert cycles(package_graph()) == [["cli", "core", "escher"]]
 
 
 _IMPORT_ALONE = """

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 import escher
-from escher._config import resolve
 from escher.backends.memory._virtual import VirtualClock
+from escher.config import resolve
 from escher.core.errors import ConfigError
 
 

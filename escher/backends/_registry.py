@@ -173,7 +173,7 @@ def create_backend(
     Args:
         name: A registry name or alias.
         options: Keyword options for the backend's constructor.
-        origins: Where each option came from (see `escher._config.Config.origins`), named
+        origins: Where each option came from (see `escher.config.Config.origins`), named
             in error messages.
 
     Raises:

@@ -25,10 +25,10 @@ COMMANDS: dict[str, CommandEntry] = {
     "gc": CommandEntry("escher.cli.gc:gc"),
     "plan": CommandEntry("escher.cli.plan:plan"),
     "state": CommandEntry("escher.cli.state:state"),
-    "verify": CommandEntry("escher.verify._cli:verify"),
-    "view": CommandEntry("escher.explain._view_cli:view", extra="view"),
-    "what-if": CommandEntry("escher.explain._whatif_cli:what_if_command"),
-    "why": CommandEntry("escher.explain._why_cli:why"),
+    "verify": CommandEntry("escher.cli.verify:verify"),
+    "view": CommandEntry("escher.cli.view:view", extra="view"),
+    "what-if": CommandEntry("escher.cli.whatif:what_if_command"),
+    "why": CommandEntry("escher.cli.why:why"),
 }
 
 

@@ -9,10 +9,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from escher._config import Config, resolve
 from escher.backends import ALIASES, accepted_options, availability, known_backends
 from escher.backends.base import Backend, Capability
 from escher.cli.conventions import command, emit
+from escher.config import Config, resolve
 
 
 def _capabilities(cls: type[Backend]) -> list[str]:

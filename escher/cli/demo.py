@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-import escher
+from escher.api import init, node_id
 from escher.backends.base import Backend
 from escher.cli.conventions import backend_option, command, emit
 from escher.esl import CoLocation, LoadBalance
@@ -28,7 +28,7 @@ DEMO_NODES = {f"node-{i}": {"CPU": 4} for i in range(1, 5)}
 
 def where() -> str:
     """Task body: the node it runs on."""
-    return escher.node_id()
+    return node_id()
 
 
 def run_demo(backend: Backend | None = None, pairs: int = 4) -> list[tuple[str, str]]:
@@ -152,7 +152,7 @@ def demo(backend_name: str | None, pairs: int, fmt: str) -> None:
     spreads the pairs. The demo prints where every task ran, checks each claim, and names
     the commands to try next.
     """
-    with escher.init(backend_name) as backend:
+    with init(backend_name) as backend:
         nodes = len(backend.get_cluster_state().nodes)
         placements = run_demo(backend, pairs=pairs)
     per_node = per_node_limit(pairs, nodes)
@@ -180,8 +180,8 @@ def demo(backend_name: str | None, pairs: int, fmt: str) -> None:
         table = Table(title="where each task ran")
         table.add_column("task")
         table.add_column("node")
-        for task_name, node_id in placements:
-            table.add_row(escape(task_name), escape(node_id))
+        for task_name, node in placements:
+            table.add_row(escape(task_name), escape(node))
         console.print(table)
         console.print("checked:")
         for claim in claims:

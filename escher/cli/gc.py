@@ -21,8 +21,8 @@ KUBERNETES_OPTIONS = ("kubeconfig", "context", "in_cluster", "namespace", "domai
 
 
 def _backend(backend_name: str | None, connection: dict[str, Any]) -> Backend:
-    from escher._config import resolve
     from escher.backends import canonical_name, create_backend
+    from escher.config import resolve
 
     given = {k: v for k, v in connection.items() if v not in (None, False)}
     name = backend_name or ("kubernetes" if given else None)

@@ -23,9 +23,9 @@ def cluster_state(cluster: str | None, backend_name: str | None) -> tuple[Cluste
         fail("give --cluster or --backend, not both.", ExitCode.BAD_INPUT)
     if cluster is not None:
         return ClusterState.load(cluster), f"cluster file {cluster}"
-    import escher
+    from escher.api import init
 
-    with escher.init(backend_name) as live:
+    with init(backend_name) as live:
         state = live.get_cluster_state()
         name = live.name
     if backend_name is None:

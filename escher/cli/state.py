@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-import escher
+from escher.api import init
 from escher.backends.base import Backend
 from escher.cli.conventions import backend_option, command, emit
 from escher.core.cluster import ClusterState
@@ -69,7 +69,7 @@ def state(backend_name: str | None, as_json: bool, fmt: str) -> None:
     if as_json:
         click.echo("warning: --json is deprecated; use --format json.", err=True)
         fmt = "json"
-    with escher.init(backend_name) as backend:
+    with init(backend_name) as backend:
         snapshot = backend.get_cluster_state()
         facts = backend_facts(backend)
 

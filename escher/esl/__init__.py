@@ -16,9 +16,9 @@ Example (the paper's co-location + load balancing)::
 
 from escher.esl._colocation import CoLocation, Group
 from escher.esl._constraint import Action, Constraint
+from escher.esl._contribution import Contribution, LabelNote
 from escher.esl._domains import DomainAntiAffinity, DomainColocation, DomainGroup, DomainSpread
 from escher.esl._esl import ESL, Bound
-from escher.esl._explain import Contribution, LabelNote
 from escher.esl._fair import FairShare, Priority, WeightedFairQueue
 from escher.esl._gang import Gang, GangRun, Member
 from escher.esl._ledger import RecoveryReport

@@ -26,8 +26,8 @@ from escher.core.plan import Colocated
 from escher.core.resources import MAX_CAPACITY, Resources
 from escher.core.task import TaskRef, TaskSpec
 from escher.esl._constraint import Action, Constraint, Recorder
+from escher.esl._contribution import Contribution, LabelNote
 from escher.esl._esl import ESL, validate_group
-from escher.esl._explain import Contribution, LabelNote
 from escher.esl._plan_parts import PlanParts
 from escher.esl._planning import planning_backend
 from escher.esl._policy import Policy, watch_done

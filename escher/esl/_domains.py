@@ -33,8 +33,8 @@ from escher.core.nodespec import NodeSpec
 from escher.core.plan import Colocated, Intent, Separated, SpreadAtMost, SpreadEvenly
 from escher.core.resources import MAX_CAPACITY, Resources, validate_count
 from escher.core.task import TaskRef, TaskSpec
+from escher.esl._contribution import Contribution, LabelNote
 from escher.esl._esl import ESL, validate_group
-from escher.esl._explain import Contribution, LabelNote
 from escher.esl._plan_parts import PlanParts
 from escher.esl._policy import Policy
 from escher.esl._topology import DomainLabels, Topology, TopologyLike, copies, write_domain

@@ -26,7 +26,7 @@ from escher.core.plan import Intent
 from escher.core.resources import Resources, validate_count, validate_label
 from escher.core.task import TaskRef, TaskSpec
 from escher.esl._constraint import Constraint, Recorder
-from escher.esl._explain import Contribution, ledger_contribution
+from escher.esl._contribution import Contribution, ledger_contribution
 from escher.esl._ledger import (
     EVERY_NODE,
     Ledger,
@@ -225,7 +225,7 @@ class ESL(Policy):
 
         The explain hook: the labels of the task's request this ESL owns, what each stands
         for, which it creates later, and any reason of its own to hold the task back. The
-        default reads the ledger (`escher.esl._explain.ledger_contribution`); override it
+        default reads the ledger (`escher.esl._contribution.ledger_contribution`); override it
         to speak in the ESL's own terms. None if the task requests none of its labels.
         """
         return ledger_contribution(self, ref)

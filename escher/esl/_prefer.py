@@ -34,8 +34,8 @@ from escher.core.errors import ValidationError
 from escher.core.plan import Colocated, Intent, PinnedTo, Separated, SpreadEvenly
 from escher.core.resources import Resources
 from escher.core.task import TaskRef, TaskSpec
+from escher.esl._contribution import Contribution, LabelNote
 from escher.esl._esl import ESL
-from escher.esl._explain import Contribution, LabelNote
 from escher.esl._ledger import EVERY_NODE
 from escher.esl._plan_parts import PlanParts
 from escher.esl._planning import planning_backend

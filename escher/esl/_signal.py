@@ -20,8 +20,8 @@ from escher.core.plan import SpreadAtMost
 from escher.core.resources import MAX_CAPACITY, Resources, validate_count
 from escher.core.task import TaskRef
 from escher.esl._constraint import Action, Constraint, Recorder
+from escher.esl._contribution import Contribution, LabelNote
 from escher.esl._esl import ESL, Bound, node_ids
-from escher.esl._explain import Contribution, LabelNote
 from escher.esl._ledger import EVERY_NODE
 from escher.esl._plan_parts import PlanParts
 from escher.esl._policy import Policy

@@ -12,15 +12,14 @@ with escher.init(nodes={"n1": {"CPU": 2}}):
 view` serves a live page. See docs/tutorials/why-pending.md and docs/explain.md.
 """
 
+from escher.core.verdict import EXIT_CODES, Verdict
 from escher.explain._analysis import analyse, minimal_hitting_set
 from escher.explain._result import (
-    EXIT_CODES,
     Breakdown,
     Capacity,
     Conflict,
     NodeCheck,
     Requirement,
-    Verdict,
     WaitReason,
     WhyResult,
 )

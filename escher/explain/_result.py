@@ -2,45 +2,12 @@
 
 from __future__ import annotations
 
-import enum
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-
-class Verdict(enum.Enum):
-    """Where a task stands, from best to worst.
-
-    * NOT_PENDING: it runs or is done already.
-    * PLACEABLE: some node has its whole request available now; it only waits (its place in
-      the queue, the rest of its gang, the scheduler).
-    * WAITING: it waits for something a policy will do by itself (a user's quota, a group's
-      node, an event another task sets), not for room.
-    * BLOCKED: the policies and capacities in `WhyResult.conflict` cannot hold together now.
-    * NEVER: no node could ever hold it (its node-defined request exceeds every node).
-    """
-
-    NOT_PENDING = "not_pending"
-    PLACEABLE = "placeable"
-    WAITING = "waiting"
-    BLOCKED = "blocked"
-    NEVER = "never"
-
-    @property
-    def exit_code(self) -> int:
-        """The `escher why` exit code of this verdict (see `EXIT_CODES`)."""
-        return EXIT_CODES[self]
-
-
-#: `escher why` exits with the code of the worst verdict among the tasks it explains.
-EXIT_CODES: Mapping[Verdict, int] = {
-    Verdict.NOT_PENDING: 0,
-    Verdict.PLACEABLE: 0,
-    Verdict.WAITING: 1,
-    Verdict.BLOCKED: 2,
-    Verdict.NEVER: 4,
-}
+from escher.core.verdict import Verdict
 
 #: The words `WhyResult.render` and the CLI use for a task's own request.
 YOUR_REQUEST = "your request"

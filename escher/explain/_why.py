@@ -19,9 +19,10 @@ from escher.core.context import current_backend
 from escher.core.errors import EscherError, ValidationError, did_you_mean
 from escher.core.resources import Resources, unknown_resource_hint
 from escher.core.task import StatusCode, TaskRef, TaskState
+from escher.core.verdict import Verdict
 from escher.esl import Contribution, LabelNote
 from escher.explain._analysis import Analysis, analyse
-from escher.explain._result import YOUR_REQUEST, Conflict, Verdict, WaitReason, WhyResult
+from escher.explain._result import YOUR_REQUEST, Conflict, WaitReason, WhyResult
 
 _KINDS = {"quota": "quota", "group": "group", "sig": "signal", "bar": "signal"}
 

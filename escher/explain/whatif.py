@@ -5,7 +5,7 @@ Imported on its own (it builds on the in-memory backend and the queueing orderin
 """
 
 from escher.explain._record import Recorded, Recorder
-from escher.explain._whatif import (
+from escher.explain._replay import (
     BACKEND_POLICY,
     POLICIES,
     NeverPlaced,

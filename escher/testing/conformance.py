@@ -40,7 +40,7 @@ from typing import Any
 
 import pytest
 
-import escher
+from escher import api
 from escher.backends import create_backend
 from escher.backends.base import Backend, Capability, GarbageReport, PendingTask
 from escher.core.errors import (
@@ -71,20 +71,20 @@ class _Policy:
 # --- task bodies (module level: picklable) ---------------------------------------------
 def where_am_i() -> str:
     """Return the node id the task runs on."""
-    return escher.node_id()
+    return api.node_id()
 
 
 def create_here(label: str, capacity: float) -> str:
     """Create `label` on the task's own node and return that node's id."""
-    escher.set_resource(label, capacity)
-    return escher.node_id()
+    api.set_resource(label, capacity)
+    return api.node_id()
 
 
 def hold(seconds: float) -> tuple[float, float, str]:
     """Sleep; return (start, end, node) wall-clock times."""
     start = time.time()
     time.sleep(seconds)
-    return start, time.time(), escher.node_id()
+    return start, time.time(), api.node_id()
 
 
 def fail_with(message: str) -> None:
@@ -120,12 +120,12 @@ def first_attempt_hangs(path: str, release: str, block: bool) -> tuple[int, str]
         deadline = time.monotonic() + 60
         while not os.path.exists(release) and time.monotonic() < deadline:
             time.sleep(0.02)
-    return attempt, escher.node_id()
+    return attempt, api.node_id()
 
 
 def node_by_backend() -> str | None:
     """Return what the running task's backend says the current node is."""
-    return escher.current_backend().current_node_id()
+    return api.current_backend().current_node_id()
 
 
 def hold_until(path: str, block: bool) -> str:
@@ -133,7 +133,7 @@ def hold_until(path: str, block: bool) -> str:
     deadline = time.monotonic() + 60
     while block and not os.path.exists(path) and time.monotonic() < deadline:
         time.sleep(0.02)
-    return escher.node_id()
+    return api.node_id()
 
 
 def mark_ran(directory: str, key: str) -> str:
@@ -198,7 +198,7 @@ class BackendConformance:
 
     def release_backend(self, backend: Backend) -> None:
         """Undo `make_backend` (default: shut escher down)."""
-        escher.shutdown()
+        api.shutdown()
 
     def add_spare_node(self, backend: Backend) -> str | None:
         """Add a node with 2 CPUs that a node-loss test may kill; None skips those tests.
@@ -219,7 +219,7 @@ class BackendConformance:
     @pytest.fixture
     def backend(self) -> Iterator[Backend]:
         instance = self.make_backend()
-        escher.init(instance)
+        api.init(instance)
         try:
             yield instance
         finally:
@@ -886,7 +886,7 @@ class BackendConformance:
         def check(fn: Any, resources: Any, name: Any, retries: Any, extra: Any) -> None:
             outcome = fuzz.check_refused_or_done(
                 backend,
-                lambda: escher.launch(
+                lambda: api.launch(
                     fn, 1, 2, resources=resources, name=name, max_retries=retries, **extra
                 ),
             )
@@ -921,11 +921,11 @@ class BackendConformance:
             for value in (refs, [done, refs]):
 
                 def call(value: Any = value) -> Any:
-                    return escher.get(value, timeout=timeout)
+                    return api.get(value, timeout=timeout)
 
                 outcome = fuzz.call_bounded(call)
                 assert outcome.error is not None or isinstance(outcome.value, list)
-            fuzz.call_bounded(lambda: escher.cancel(refs))
+            fuzz.call_bounded(lambda: api.cancel(refs))
 
         self._fuzz(
             check,

@@ -69,7 +69,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import escher
+from escher import api
 from escher.backends.base import Backend, Capability
 from escher.core.errors import EscherError, TaskError, UnsupportedError, ValidationError
 from escher.core.resources import EPSILON, Resources, validate_quantity
@@ -287,7 +287,7 @@ def stress_body(sink: str, key: str, hold: float, fail: bool) -> str:
         ValueError: if `fail` (a task whose own code raises).
     """
     token = uuid.uuid4().hex[:12]
-    node = escher.node_id()
+    node = api.node_id()
     _record(sink, "S", key, token, node)
     try:
         if hold > 0:
@@ -577,7 +577,7 @@ class _Stress:
             return
         timeout = thread.rng.uniform(0, self.config.max_get_timeout)
         try:
-            value = escher.get(task.ref, timeout=timeout)
+            value = api.get(task.ref, timeout=timeout)
         except EscherError:
             raise
         except ValueError as exc:
@@ -592,7 +592,7 @@ class _Stress:
         task = self._pick(thread)
         if task is None or task.ref is None or task.cancel_said:
             return
-        task.cancel_said = escher.cancel(task.ref)
+        task.cancel_said = api.cancel(task.ref)
 
     def _node(self, rng: random.Random) -> str:
         with self.lock:

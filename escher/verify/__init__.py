@@ -11,14 +11,13 @@ if result.status is Verdict.INFEASIBLE:
 See docs/verify.md.
 """
 
+from escher.core.verdict import EXIT_CODES, Verdict
 from escher.verify._app import verify_app
 from escher.verify._result import (
     EXIT_BAD_INPUT,
-    EXIT_CODES,
     Explanation,
     IntentResult,
     IntentStatus,
-    Verdict,
     VerificationResult,
 )
 from escher.verify._verify import (

@@ -36,7 +36,7 @@ def verify_app(
         ValidationError: a bad argument.
         VerificationError: ``refuse=True`` and the plan is not proven feasible.
     """
-    from escher.esl._planning import plan_app  # escher.esl's package imports escher.verify
+    from escher.esl import plan_app  # only an app needs the ESLs
 
     if isinstance(state, str | Path):
         state = ClusterState.load(state)

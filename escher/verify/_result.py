@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from escher.core.plan import Intent
+from escher.core.verdict import EXIT_CODES, EXIT_INTENT_VIOLATED
+from escher.core.verdict import Verdict as Verdict  # re-exported: the verify modules import it here
 from escher.verify.model import Statement
 
 if TYPE_CHECKING:
@@ -15,23 +17,6 @@ if TYPE_CHECKING:
 
 #: Exit code of `escher verify` for bad input (unreadable or malformed files, bad options).
 EXIT_BAD_INPUT = 3
-
-#: Every exit code of `escher verify` and what it means.
-EXIT_CODES: Mapping[int, str] = {
-    0: "feasible (the placement was checked independently); every intent proven or timed out",
-    1: "infeasible (the explanation says why)",
-    2: "unknown (a limit was hit; the output says what was proven)",
-    EXIT_BAD_INPUT: "bad input: unreadable or malformed file, bad option (nothing was checked)",
-    4: "feasible, but a declared intent is violated (a counterexample is printed)",
-}
-
-
-class Verdict(enum.Enum):
-    """Is there a placement of the plan on the cluster?"""
-
-    FEASIBLE = "feasible"
-    INFEASIBLE = "infeasible"
-    UNKNOWN = "unknown"
 
 
 class IntentStatus(enum.Enum):
@@ -175,11 +160,11 @@ class VerificationResult:
 
     @property
     def exit_code(self) -> int:
-        """The CLI's exit code (`EXIT_CODES`): 0, 1, 2, or 4 when feasible with a violated
-        intent."""
+        """The CLI's exit code: the verdict's (`escher.core.verdict.EXIT_CODES`: 0, 1, 2), or
+        `EXIT_INTENT_VIOLATED` (4) when feasible with a violated intent."""
         if self.status is Verdict.FEASIBLE and self.violated:
-            return 4
-        return {Verdict.FEASIBLE: 0, Verdict.INFEASIBLE: 1, Verdict.UNKNOWN: 2}[self.status]
+            return EXIT_INTENT_VIOLATED
+        return EXIT_CODES[self.status]
 
     def render(self) -> str:
         """A readable multi-line report."""

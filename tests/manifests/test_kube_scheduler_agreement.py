@@ -42,6 +42,7 @@ from typing import Any
 import pytest
 import yaml
 
+from escher.core.verdict import PLAN_VERDICTS
 from escher.manifests import (
     APPLY_ORDER,
     apply_order,
@@ -50,7 +51,6 @@ from escher.manifests import (
     read_cluster,
     workloads_from_objects,
 )
-from escher.verify import Verdict
 from tests.manifests.agreement_sets import HOSTNAME, ManifestSet, generate, pods_of
 from tests.support.k8s_control_plane import ControlPlane, add_fake_node, binaries_available
 from tests.support.k8s_fixture import SKIP_REASON
@@ -346,7 +346,7 @@ def test_escher_agrees_with_kube_scheduler(
     stranded_proven = [o for o in stranded if o.exact]
     pin_failed = [o for o in stranded if o.pinned_bound != o.pods]
     emit_failed = [o for o in stranded if o.emitted_bound != o.pods]
-    verdicts = {v.name: sum(o.verdict == v.name for o in outcomes) for v in Verdict}
+    verdicts = {v.name: sum(o.verdict == v.name for o in outcomes) for v in PLAN_VERDICTS}
     summary = (
         f"{len(outcomes)} sets ({sum(o.pods for o in outcomes)} pods) in {seconds:.0f} s: "
         f"escher {verdicts} ({len(feasible) - len(proven)} FEASIBLE not exact; "

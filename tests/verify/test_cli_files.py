@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from escher.cli.verify import verify as verify_cmd
 from escher.core.cluster import ClusterState
 from escher.core.errors import PlanFormatError
 from escher.core.formats import schema
 from escher.core.nodespec import NodeSpec
 from escher.core.plan import Colocated, PinnedTo, Plan, Separated, SpreadAtMost
 from escher.verify import Verdict, verify
-from escher.verify._cli import verify as verify_cmd
 
 CLUSTER = {
     "nodes": [
@@ -221,12 +221,12 @@ def test_timeout_counts_from_the_call_inside_another_program(
     import sys
     import time
 
-    from escher.verify import _cli
+    from escher.cli import verify as verify_command
 
     monkeypatch.setattr(sys, "argv", [argv0])
-    assert not _cli._runs_as_command()
+    assert not verify_command._runs_as_command()
     before = time.monotonic()
-    assert _cli._started() >= before
+    assert verify_command._started() >= before
 
 
 def test_timeout_counts_from_the_process_start_as_a_command(tmp_path: Path) -> None:
@@ -239,7 +239,7 @@ def test_timeout_counts_from_the_process_start_as_a_command(tmp_path: Path) -> N
     plan = write(tmp_path, "plan.json", {"tasks": [{"name": "a", "resources": {"CPU": 1}}]})
     probe = (
         "import sys; sys.argv = ['escher']; "
-        "from escher.verify import _cli; print(_cli._runs_as_command())"
+        "from escher.cli import verify; print(verify._runs_as_command())"
     )
     ran = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True

@@ -10,10 +10,10 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from escher.cli.verify import json_text
+from escher.cli.verify import verify as verify_cmd
 from escher.core.errors import PlanFormatError
 from escher.core.plan import Plan, PlannedTask, Separated
-from escher.verify._cli import json_text
-from escher.verify._cli import verify as verify_cmd
 
 CLUSTER = {"nodes": [{"id": f"n{i}", "total": {"CPU": 4, "memory": 16}} for i in range(3)]}
 

@@ -12,12 +12,12 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from escher.cli.verify import verify as verify_cmd
 from escher.core.cluster import ClusterState
 from escher.core.errors import PlanFormatError, ValidationError
 from escher.core.plan import Plan, Separated
 from escher.core.resources import Resources
 from escher.verify import Verdict, check_placement, verify
-from escher.verify._cli import verify as verify_cmd
 
 GOOD_PLAN: dict[str, Any] = {
     "version": 1,

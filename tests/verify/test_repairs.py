@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from escher.cli.verify import verify as verify_cmd
 from escher.core.cluster import ClusterState
 from escher.core.errors import ValidationError
 from escher.core.plan import Colocated, Plan, Separated, SpreadEvenly
@@ -19,7 +20,6 @@ from escher.verify import (
     verify,
     with_repairs,
 )
-from escher.verify._cli import verify as verify_cmd
 
 
 def cluster(nodes: dict[str, dict[str, float]], **labels: str) -> ClusterState:

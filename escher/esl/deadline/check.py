@@ -20,14 +20,16 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-
-import z3
+from typing import TYPE_CHECKING
 
 from escher.core.cluster import ClusterState
 from escher.core.errors import ValidationError
 from escher.core.resources import EPSILON, Resources, validate_quantity
+from escher.core.verdict import Verdict
 from escher.esl.deadline.jobs import DeadlineJob
-from escher.verify import Verdict
+
+if TYPE_CHECKING:
+    import z3
 
 __all__ = ["Busy", "DeadlineCheck", "check_deadlines"]
 
@@ -157,7 +159,10 @@ def _choices(
 
 
 class _Model:
-    """The Z3 encoding: a pick per (job, choice), a start per job, tracked deadlines."""
+    """The Z3 encoding: a pick per (job, choice), a start per job, tracked deadlines.
+
+    Each method imports z3 itself: importing `escher.esl` does not load the solver.
+    """
 
     def __init__(
         self,
@@ -166,6 +171,8 @@ class _Model:
         now: float,
         timeout: float,
     ) -> None:
+        import z3
+
         self.jobs = jobs
         self.choices = choices
         self.timeout = timeout
@@ -195,6 +202,8 @@ class _Model:
         self, job: DeadlineJob, busy: Sequence[Busy], capacity: Mapping[str, Resources]
     ) -> None:
         """At `job`'s start, on its node: it, the jobs running there and busy work fit."""
+        import z3
+
         name = job.name
         for b, (_, nid, _, request) in zip(self.pick[name], self.choices[name], strict=True):
             for resource, quantity in request.items():
@@ -209,6 +218,8 @@ class _Model:
 
     def _overlaps(self, name: str, nid: str, resource: str) -> list[z3.ExprRef]:
         """What the other jobs on `nid` hold of `resource` when job `name` starts."""
+        import z3
+
         terms = []
         for other in self.jobs:
             if other.name == name:
@@ -225,6 +236,8 @@ class _Model:
         return terms
 
     def answer(self, started: float) -> DeadlineCheck:
+        import z3
+
         answer = self.solver.check(*self.assumptions)
         seconds = time.perf_counter() - started
         if answer == z3.sat:
@@ -251,6 +264,8 @@ class _Model:
         )
 
     def _schedule(self) -> dict[str, tuple[int, str, float]]:
+        import z3
+
         model = self.solver.model()
         schedule = {}
         for job in self.jobs:
@@ -264,6 +279,8 @@ class _Model:
 
 
 def _to_float(value: z3.ExprRef) -> float:
+    import z3
+
     if z3.is_rational_value(value):
         return float(value.numerator_as_long()) / float(value.denominator_as_long())
     if z3.is_algebraic_value(value):

@@ -30,8 +30,8 @@ from escher.core.nodespec import NodeSpecLike
 from escher.core.resources import Resources
 from escher.core.task import TaskRef, TaskSpec
 from escher.esl._constraint import Constraint, build_spec, split_options
+from escher.esl._contribution import Contribution, LabelNote
 from escher.esl._esl import ESL, node_ids
-from escher.esl._explain import Contribution, LabelNote
 from escher.esl.queueing.orderings import Ordering, ordering_of
 from escher.esl.queueing.planner import QueuedTask, plan_quotas
 from escher.esl.queueing.vectors import Vector

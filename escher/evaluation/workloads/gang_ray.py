@@ -19,8 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import escher
-from escher import esl
+from escher import api, esl
 from escher.backends.base import Backend
 from escher.core.errors import BackendUnavailableError, GetTimeoutError
 from escher.evaluation._core import Result, median, pyplot
@@ -40,11 +39,11 @@ def member_start() -> float:
 
 def app_ghost(label: str, poll: float, max_hold: float) -> None:
     """The application's ghost: create `label` here, hold this task's CPUs until it is gone."""
-    escher.set_resource(label, 1)  # on the node this ghost landed on
-    node = escher.node_id()
+    api.set_resource(label, 1)  # on the node this ghost landed on
+    node = api.node_id()
     deadline = time.monotonic() + max_hold
     while time.monotonic() < deadline:
-        here = escher.get_cluster_state().nodes.get(node)
+        here = api.get_cluster_state().nodes.get(node)
         if here is None or label not in here.total:
             return
         time.sleep(poll)
@@ -55,26 +54,25 @@ def app_gang(tag: str) -> float:
     labels = [f"{tag}-m{i}" for i in range(MEMBERS)]
     t0 = time.time()
     ghosts = [
-        escher.launch(app_ghost, label, POLL, WAIT, resources={"CPU": MEMBER_CPUS})
-        for label in labels
+        api.launch(app_ghost, label, POLL, WAIT, resources={"CPU": MEMBER_CPUS}) for label in labels
     ]
     where: dict[str, str] = {}
     deadline = time.monotonic() + WAIT
     for label in labels:  # wait on each ghost in turn
         while label not in where:
-            holders = escher.get_cluster_state().holding(label)
+            holders = api.get_cluster_state().holding(label)
             if holders:
                 where[label] = next(iter(holders))
             elif time.monotonic() > deadline:
                 raise GetTimeoutError(f"app-level ghost for {label} did not start in {WAIT} s")
             else:
                 time.sleep(POLL)
-    members = [escher.launch(member_start, resources={label: 1}) for label in labels]
-    starts = escher.get(members, timeout=WAIT)
+    members = [api.launch(member_start, resources={label: 1}) for label in labels]
+    starts = api.get(members, timeout=WAIT)
     latency = max(starts) - t0
     for label in labels:  # release: the ghosts see their label gone and return
-        escher.set_resource(label, 0, where[label])
-    escher.get(ghosts, timeout=WAIT)
+        api.set_resource(label, 0, where[label])
+    api.get(ghosts, timeout=WAIT)
     return float(latency)
 
 
@@ -144,10 +142,10 @@ def run(quick: bool = False, seed: int = 0) -> Result:
     trials = 3 if quick else 10
     cluster, backend = _start_cluster()
     try:
-        escher.init(backend)
+        api.init(backend)
         latencies = measure(backend, trials)
     finally:
-        escher.shutdown()
+        api.shutdown()
         import ray
 
         ray.shutdown()

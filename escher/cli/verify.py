@@ -25,17 +25,24 @@ from rich.table import Table
 from escher.cli.conventions import command, console, fail
 from escher.core.cluster import ClusterState
 from escher.core.formats import paused_gc
-from escher.verify._result import (
+from escher.core.verdict import EXIT_INTENT_VIOLATED
+from escher.verify import (
+    DEFAULT_TIMEOUT,
     EXIT_BAD_INPUT,
     EXIT_CODES,
+    EXPLAIN_SHARE,
+    Grouping,
     IntentResult,
     IntentStatus,
+    RepairSet,
     Verdict,
     VerificationResult,
+    Verifier,
+    as_written,
+    find_repairs,
+    load_grouped,
+    with_repairs,
 )
-from escher.verify._verify import DEFAULT_TIMEOUT, EXPLAIN_SHARE, Verifier
-from escher.verify.read import Grouping, as_written, load_grouped
-from escher.verify.repair import RepairSet, find_repairs, with_repairs
 
 if TYPE_CHECKING:  # the layer above verify, imported only where -f is used
     from escher.manifests import KubeCluster, ManifestCheck
@@ -54,7 +61,14 @@ _ICOLOR = {
 }
 
 #: The command's own exit codes (the shared ones, 3 bad input and more, are added).
-OWN_EXIT_CODES = {code: text for code, text in EXIT_CODES.items() if code != EXIT_BAD_INPUT}
+OWN_EXIT_CODES = {
+    EXIT_CODES[Verdict.FEASIBLE]: "feasible (the placement was checked independently); every "
+    "intent proven or timed out",
+    EXIT_CODES[Verdict.INFEASIBLE]: "infeasible (the explanation says why)",
+    EXIT_CODES[Verdict.UNKNOWN]: "unknown (a limit was hit; the output says what was proven)",
+    EXIT_INTENT_VIOLATED: "feasible, but a declared intent is violated (a counterexample is "
+    "printed)",
+}
 
 
 #: With --repairs and intent proofs to follow: the repair search's share of the time left.
@@ -185,9 +199,9 @@ def _state(cluster: str | None, backend: str | None) -> tuple[ClusterState, str]
     if cluster is not None:
         state = ClusterState.load(cluster)
         return state, f"cluster file {cluster}"
-    import escher
+    from escher.api import init
 
-    with escher.init(backend) as live:
+    with init(backend) as live:
         state = live.get_cluster_state()
         name = live.name
     if backend is None:

@@ -1,4 +1,4 @@
-"""Configuration: which backend, with which options.
+"""Configuration: which backend, with which options (`resolve`, `Config`).
 
 Precedence, highest first: arguments to `escher.init()`; the environment (`ESCHER_BACKEND`,
 `ESCHER_<BACKEND>_<OPTION>`, `ESCHER_CONFIG`); the first `escher.toml`, or `pyproject.toml`
@@ -161,3 +161,6 @@ def _check_file_table(table: Mapping[str, Any], where: str) -> None:
                 f"{where}: unknown key {key!r} in the escher configuration; expected 'backend' "
                 f"or a table named after a backend.{did_you_mean(key, allowed)}"
             )
+
+
+__all__ = ["DEFAULT_BACKEND", "Config", "find_config_file", "resolve"]

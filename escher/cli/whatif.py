@@ -9,11 +9,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-import escher
+from escher.api import init
 from escher.cli.conventions import backend_option, command, emit
 from escher.core.cluster import ClusterState
-from escher.explain._whatif import BACKEND_POLICY, POLICIES, Report, what_if
-from escher.explain._workload import Workload
+from escher.explain import Workload
+from escher.explain.whatif import BACKEND_POLICY, POLICIES, Report, what_if
 
 
 def _table(reports: list[Report]) -> Table:
@@ -106,7 +106,7 @@ def what_if_command(
     if cluster is not None:
         state = ClusterState.load(cluster)
     else:
-        with escher.init(backend_name) as backend:
+        with init(backend_name) as backend:
             state = backend.get_cluster_state()
     reports = what_if(loaded, state, policies or (BACKEND_POLICY,), hold=hold)
     code = 1 if any(r.never for r in reports) else 0

@@ -6,7 +6,7 @@ import threading
 
 import click
 
-import escher
+from escher.api import init
 from escher.cli.conventions import backend_option, command, emit, fail
 from escher.explain.view import DEFAULT_INTERVAL, MAX_PORT, serve
 
@@ -70,7 +70,7 @@ def view(
     """Serve a live page of the cluster: nodes, intents and verdicts, pending tasks and why."""
     if token is not None and not token.strip():
         fail("--token (or $ESCHER_VIEW_TOKEN) is empty: give a token, or leave it out.")
-    with escher.init(backend_name) as backend:
+    with init(backend_name) as backend:
         server = serve(
             backend,
             host=host,

@@ -1,5 +1,9 @@
 """The module-level API: one active backend per process, and functions that use it.
 
+`escher` re-exports it (users write ``escher.init``); modules inside escher (commands, the
+test kits, the evaluation) import it from here, never from the `escher` package itself, so no
+arrow runs back up to the package's face (docs/architecture.md).
+
 The active-backend slot itself lives in `escher.core.context` (so that ESLs and task runners
 read it without importing this module); it is re-exported here.
 """
@@ -12,12 +16,11 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
-from escher._config import resolve
 from escher.backends import create_backend
 from escher.backends.base import Backend
+from escher.config import resolve
 from escher.core import context
 from escher.core.cluster import ClusterState
-from escher.core.context import install_worker_backend as install_worker_backend
 from escher.core.context import is_initialized as is_initialized
 from escher.core.context import node_id as node_id
 from escher.core.context import release_active_backend, swap_active_backend
@@ -351,3 +354,22 @@ def task(fn: Callable[P, R] | None = None, /, **options: Any) -> Any:
         return RemoteFunction(f, options)
 
     return decorate
+
+
+__all__ = [
+    "RemoteFunction",
+    "Session",
+    "cancel",
+    "current_backend",
+    "get",
+    "get_cluster_state",
+    "init",
+    "is_initialized",
+    "launch",
+    "node_id",
+    "set_resource",
+    "set_resources",
+    "shutdown",
+    "task",
+    "use_backend",
+]

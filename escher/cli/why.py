@@ -15,12 +15,12 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-import escher
+from escher.api import init
 from escher.cli.conventions import backend_option, command, emit, fail
 from escher.core.errors import EscherError, ValidationError
 from escher.core.quantity import parse_quantity
-from escher.explain._result import EXIT_CODES, Verdict, WhyResult
-from escher.explain._why import Explainer
+from escher.core.resources import Resources
+from escher.explain import EXIT_CODES, Explainer, Verdict, WhyResult
 from escher.verify.repair import RepairSet, find_task_repairs
 
 #: Seconds of repair search for all the blocked tasks of one `escher why --repairs`.
@@ -30,9 +30,9 @@ REPAIR_TIMEOUT = 20.0
 _STUCK = (Verdict.BLOCKED, Verdict.NEVER)
 
 _OWN_CODES = {
-    1: "a task waits for a policy (a quota, a group's node, an event)",
-    2: "a task is blocked: a minimal conflict of policies and capacities",
-    4: "a task can never be placed (no node is large enough)",
+    EXIT_CODES[Verdict.WAITING]: "a task waits for a policy (a quota, a group's node, an event)",
+    EXIT_CODES[Verdict.BLOCKED]: "a task is blocked: a minimal conflict of policies and capacities",
+    EXIT_CODES[Verdict.NEVER]: "a task can never be placed (no node is large enough)",
 }
 
 
@@ -121,10 +121,10 @@ def why(
         fail("give task ids or --request, not both.")
     if adjustable and not repairs:
         fail("--adjustable only applies with --repairs.")
-    with escher.init(backend_name) as backend:
+    with init(backend_name) as backend:
         explainer = Explainer(backend)
         if request_text is not None:
-            results = [explainer.request(escher.Resources(parse_request(request_text)))]
+            results = [explainer.request(Resources(parse_request(request_text)))]
         elif tasks:
             results = [explainer.explain(explainer.find(key)) for key in tasks]
         else:
