@@ -24,6 +24,7 @@ from typing import Any, Protocol
 from escher.backends.base import Backend
 from escher.backends.planning import PlanningBackend
 from escher.core.cluster import ClusterState
+from escher.core.context import active_backend, swap_active_backend
 from escher.core.errors import EscherError, PlanningReadError, ValidationError, did_you_mean
 from escher.core.plan import Plan
 from escher.core.resources import Resources
@@ -129,13 +130,11 @@ def plan_app(
         AppError: the app raised (naming its error and line).
         ValidationError: `app` is not callable, or the app replaced escher's backend.
     """
-    import escher
-
     if not callable(app):
         raise ValidationError(f"plan_app takes a function called with no arguments, got {app!r}.")
     backend = PlanningBackend(state)
     stopped_at = ""
-    with escher.use_backend(backend):
+    with _active(backend):
         try:
             app()
         except PlanningReadError as exc:
@@ -143,7 +142,7 @@ def plan_app(
         except Exception as exc:
             raise AppError(f"the app raised {type(exc).__name__}{_at(exc)}: {exc}") from exc
         finally:
-            replaced = not escher.is_initialized() or escher.current_backend() is not backend
+            replaced = active_backend() is not backend
     if replaced:
         raise ValidationError(
             "the app called escher.init() itself, so it ran on another backend; a planned "
@@ -156,6 +155,19 @@ def plan_app(
             "runs while planning; what it launches after that is not in the plan."
         )
     return PlanRun(backend.plan(), stopped_at, tuple(warnings))
+
+
+@contextlib.contextmanager
+def _active(backend: Backend) -> Iterator[None]:
+    """Make `backend` the active backend inside the block, then restore the one before (as
+    `escher.use_backend`; a backend the app made active itself is closed at the end)."""
+    previous = swap_active_backend(backend)
+    try:
+        yield
+    finally:
+        current = swap_active_backend(previous)
+        if current is not None and current is not backend and current is not previous:
+            current.close()
 
 
 def _user_frames(exc: BaseException) -> list[traceback.FrameSummary]:
