@@ -32,7 +32,7 @@ from escher.core.resources import Resources, validate_quantity
 from escher.core.task import TaskRef, TaskSpec
 from escher.esl._constraint import Constraint, Recorder, build_spec, split_options
 from escher.esl._plan_parts import PlanParts
-from escher.esl._planning import plan_warning, planning_backend, record_launch
+from escher.esl._planning import planning_backend, record_launch
 from escher.esl._soft import SoftTaskRef
 
 
@@ -394,16 +394,13 @@ class FirstOf(Policy):
             A `SoftTaskRef`: a `TaskRef` that follows whichever attempt runs.
         """
         options = split_options(kwargs)
-        if len(self.alternatives) > 1 and planning_backend(self.backend) is not None:
-            rest = " | ".join(f"({p.source})" for p in self.alternatives[1:])
-            plan_warning(
-                self.backend,
-                f"{self.source}: planned with its first alternative; the fallbacks {rest} "
-                f"start only after {self.timeout:g}s of waiting, which a planning run never "
-                "does, so they are not in the plan.",
-            )
+
+        built: dict[int, TaskSpec] = {}  # specs a planning run built ahead
 
         def make(index: int) -> TaskSpec:
+            spec = built.pop(index, None)
+            if spec is not None:
+                return spec
             alt = self.alternatives[index]
             return build_spec(
                 fn, args, kwargs, alt.constraint(), resources, name, alt.recorder(), **options
@@ -412,13 +409,33 @@ class FirstOf(Policy):
         def submit(index: int, spec: TaskSpec) -> TaskRef:
             return self.alternatives[index].launch_spec(spec)
 
-        return SoftTaskRef(
-            make,
-            submit,
-            alternatives=len(self.alternatives),
-            timeout=self.timeout,
-            clock=self.backend.clock,
-        )
+        def launch() -> SoftTaskRef:
+            return SoftTaskRef(
+                make,
+                submit,
+                alternatives=len(self.alternatives),
+                timeout=self.timeout,
+                clock=self.backend.clock,
+            )
+
+        planning = planning_backend(self.backend)
+        if planning is None or len(self.alternatives) == 1:
+            return launch()
+        # A planning run records the task whole: its fallback requests, and as
+        # requirements only what every alternative promises (the rest: preferences).
+        specs = [make(i) for i in range(len(self.alternatives))]
+        built.update(enumerate(specs))
+        keys = [
+            {
+                (owner, i)
+                for owner, parts in alt.promises(spec.resources)
+                for i in range(len(parts.intents))
+            }
+            for alt, spec in zip(self.alternatives, specs, strict=True)
+        ]
+        common = set.intersection(*keys)
+        with planning.alternatives([spec.resources for spec in specs[1:]], common):
+            return launch()
 
 
 #: The paper's soft constraints are ordered fallbacks.

@@ -18,9 +18,11 @@ plan ends there). The clock stands still: timers never fire.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import threading
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +46,17 @@ from escher.core.task import TaskRef, TaskSpec
 
 #: Builds an intent from the names of the tasks it is about.
 IntentBuilder = Callable[[tuple[str, ...]], Intent]
+
+
+#: The weight of an intent that only some alternatives of a `FirstOf` promise.
+FALLBACK_WEIGHT = 1.0
+
+
+def _preferred(build: IntentBuilder) -> IntentBuilder:
+    def soft(names: tuple[str, ...]) -> Intent:
+        return dataclasses.replace(build(names), weight=FALLBACK_WEIGHT)
+
+    return soft
 
 
 class StillClock(Clock):
@@ -81,6 +94,7 @@ class _Launch:
     source: str
     creates: dict[str, float] = field(default_factory=dict)
     cancelled: bool = False
+    fallbacks: tuple[Resources, ...] = ()
 
 
 @dataclass
@@ -140,6 +154,9 @@ class PlanningBackend(Backend):
         self._numbers = itertools.count(1)
         self._gangs = itertools.count(1)
         self._warnings: dict[str, None] = {}
+        # (fallback requests, keys of the intents every alternative promises) of the
+        # `FirstOf` launches under way, innermost last
+        self._alternatives: list[tuple[tuple[Resources, ...], frozenset[Hashable]]] = []
 
     @property
     def clock(self) -> Clock:
@@ -158,6 +175,22 @@ class PlanningBackend(Backend):
             yield
         finally:
             self._sources.pop()
+
+    @contextlib.contextmanager
+    def alternatives(
+        self, fallbacks: Sequence[Resources], common: AbstractSet[Hashable]
+    ) -> Iterator[None]:
+        """The task recorded inside may run with `fallbacks` instead of its own request (a
+        `FirstOf`); of the intents promised for it, those keyed in `common` (promised by
+        every alternative) are requirements, the others preferences (weight
+        `FALLBACK_WEIGHT`: they hold only while it runs with its preferred request)."""
+        with self._lock:
+            self._alternatives.append((tuple(fallbacks), frozenset(common)))
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._alternatives.pop()
 
     def annotate(
         self,
@@ -188,6 +221,8 @@ class PlanningBackend(Backend):
             launch = self._by_ref.get(ref.id)
             if launch is None:
                 return
+            if self._alternatives and key not in self._alternatives[-1][1]:
+                key, build = ("preferred", key), _preferred(build)
             entry = self._promises.get(key)
             if entry is None:
                 entry = self._promises[key] = _Promise(build)
@@ -225,6 +260,7 @@ class PlanningBackend(Backend):
                     launch.resources,
                     creates=dict(sorted(launch.creates.items())) or None,
                     source=launch.source,
+                    fallbacks=launch.fallbacks,
                 )
             present = {launch.name for launch in kept}
             for key, domains in self._topologies.items():
@@ -316,6 +352,8 @@ class PlanningBackend(Backend):
                 self._suffixes[spec.name] = number + 1
             self._names.add(name)
             launch = _Launch(name, spec.resources, f"launch({spec.name!r})")
+            if self._alternatives:
+                launch.fallbacks = self._alternatives[-1][0]
             self._launches.append(launch)
             self._by_ref[ref.id] = launch
         return ref
