@@ -14,8 +14,9 @@ decided through such plans (*candidates*), in this order:
    one was undecided, the plan is unknown, not infeasible.
 
 A requirement about a task holds for each of its parts; a preference (e.g. what only the
-preferred alternative of a `FirstOf` promises) only for its part on the preferred request. `Verifier` decides the chosen candidate
-and `Choice.witness` names the parts by their task again.
+preferred alternative of a `FirstOf` promises) only for its part on the preferred request.
+`Verifier` decides the chosen candidate and `Choice.witness` names the parts by their task
+again.
 """
 
 from __future__ import annotations
