@@ -20,6 +20,7 @@ from escher.esl._domains import DomainAntiAffinity, DomainColocation, DomainGrou
 from escher.esl._esl import ESL, Bound
 from escher.esl._explain import Contribution, LabelNote
 from escher.esl._fair import FairShare, Priority, WeightedFairQueue
+from escher.esl._follow import Guide, follow
 from escher.esl._gang import Gang, GangRun, Member
 from escher.esl._ledger import RecoveryReport
 from escher.esl._locality import DataLocality
@@ -102,6 +103,7 @@ __all__ = [
     "GangRun",
     "Greedy",
     "Group",
+    "Guide",
     "JobHandle",
     "LabelNote",
     "LoadBalance",
@@ -133,6 +135,7 @@ __all__ = [
     "check_deadlines",
     "dominant_share",
     "drf_allocation",
+    "follow",
     "load_app",
     "plan_app",
     "plan_quotas",

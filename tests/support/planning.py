@@ -10,10 +10,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 import escher
+from escher import esl
 from escher.backends.memory import MemoryBackend
 from escher.core.cluster import ClusterState, Node
 from escher.core.plan import Plan
@@ -106,10 +108,15 @@ def _names(refs: list[TaskRef]) -> list[str]:
 
 
 def plan_and_run(
-    app: Callable[[], Any], state: ClusterState, settle: float = 3.0, ask_why: bool = False
+    app: Callable[[], Any],
+    state: ClusterState,
+    settle: float = 3.0,
+    ask_why: bool = False,
+    follow: bool = True,
 ) -> Outcome:
     """Plan `app` on `state`, verify it, then run it on the memory backend over `state`
-    (with `ask_why`, ask `escher.why` about the first task that never started)."""
+    (with `ask_why`, ask `escher.why` about the first task that never started). With
+    `follow`, a feasible plan's run follows its witness (`escher.esl.follow`)."""
     run = plan_app(app, state)
     result = verify(run.plan, state, timeout=30)
     nodes = {
@@ -123,7 +130,8 @@ def plan_and_run(
     whys: list[Any] = []
     unplaced: list[str] = []
     try:
-        with escher.init(backend):
+        guide = esl.follow(run.plan, result) if follow and result.feasible else nullcontext()
+        with escher.init(backend), guide:
             app()
             names = _names(launched)
             wanted = len(run.plan.tasks)
