@@ -35,12 +35,15 @@ def hold(*_: Any) -> str:
 
 
 def cluster(
-    count: int, cpus: float = 4, labels: Callable[[int], Mapping[str, str]] | None = None
+    count: int,
+    cpus: float | Sequence[float] = 4,
+    labels: Callable[[int], Mapping[str, str]] | None = None,
 ) -> ClusterState:
-    """`count` nodes n0.. with `cpus` CPUs and optional labels."""
+    """`count` nodes n0.. with `cpus` CPUs (each, or one value per node) and optional
+    labels."""
     nodes = {}
     for i in range(count):
-        total = Resources({"CPU": cpus})
+        total = Resources({"CPU": cpus[i] if isinstance(cpus, Sequence) else cpus})
         nodes[f"n{i}"] = Node(f"n{i}", total, total, dict(labels(i)) if labels else {})
     return ClusterState(nodes)
 
