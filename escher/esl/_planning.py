@@ -15,7 +15,7 @@ import importlib.util
 import linecache
 import sys
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -95,11 +95,15 @@ class PlanRun:
         stopped_at: Where the app read a task's result (``file:line``), which ended the
             plan there; "" if the app ran to its end.
         warnings: What the user should know about the plan (e.g. where it stopped).
+        replicas: Each launch, by its name in launch order (``web``, ``web-2``, ...: the
+            first free of the task's name and its numbered forms), -> the planned task it
+            is a replica of (alike launches of one name are one task with a count).
     """
 
     plan: Plan
     stopped_at: str = ""
     warnings: tuple[str, ...] = field(default=())
+    replicas: Mapping[str, str] = field(default_factory=dict)
 
 
 class AppError(EscherError):
@@ -154,7 +158,7 @@ def plan_app(
             f"the plan stops at {stopped_at}: the app reads a task's result there and nothing "
             "runs while planning; what it launches after that is not in the plan."
         )
-    return PlanRun(backend.plan(), stopped_at, tuple(warnings))
+    return PlanRun(backend.plan(), stopped_at, tuple(warnings), backend.replica_names())
 
 
 @contextlib.contextmanager

@@ -63,7 +63,7 @@ class Outcome:
 
     @property
     def all_placed(self) -> bool:
-        return all(self.placement.get(n) for n in self.planned)
+        return all(len(self.placement.get(t.name, ())) >= t.count for t in self.plan.tasks)
 
     def violations(self) -> list[str]:
         """Every proven intent the real placement breaks."""
@@ -136,8 +136,9 @@ def plan_and_run(
         guide = esl.follow(run.plan, result) if follow and result.feasible else nullcontext()
         with escher.init(backend), guide:
             app()
-            names = _names(launched)
-            wanted = len(run.plan.tasks)
+            # launches the plan counts as replicas of one task go under that task's name
+            names = [run.replicas.get(n, n) for n in _names(launched)]
+            wanted = sum(t.count for t in run.plan.tasks)
             deadline = time.monotonic() + (WAIT if result.feasible else settle)
             while time.monotonic() < deadline:
                 live = [r for r in launched if not r.done() or r.started()]

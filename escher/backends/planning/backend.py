@@ -95,6 +95,7 @@ class _Launch:
     creates: dict[str, float] = field(default_factory=dict)
     cancelled: bool = False
     fallbacks: tuple[Resources, ...] = ()
+    base: str = ""  # the task's own name (launches of one name are replicas when alike)
 
 
 @dataclass
@@ -254,24 +255,62 @@ class PlanningBackend(Backend):
             for (label, spec), (capacity, source) in self._resources.items():
                 plan.add_resource(label, capacity, spec, source=source)
             kept = [launch for launch in self._launches if not launch.cancelled]
+            replica_of = self._replicas(kept)
+            counts: dict[str, int] = {}
             for launch in kept:
+                task = replica_of[launch.name]
+                counts[task] = counts.get(task, 0) + 1
+            for launch in kept:
+                if replica_of[launch.name] != launch.name:
+                    continue
                 plan.add_task(
                     launch.name,
                     launch.resources,
+                    count=counts[launch.name],
                     creates=dict(sorted(launch.creates.items())) or None,
                     source=launch.source,
                     fallbacks=launch.fallbacks,
                 )
-            present = {launch.name for launch in kept}
             for key, domains in self._topologies.items():
                 plan.add_topology(key, domains)
             for entry in self._promises.values():
-                names = tuple(n for n in entry.names if n in present)
+                names = tuple(dict.fromkeys(replica_of[n] for n in entry.names if n in replica_of))
                 if names:
                     plan.add_intent(entry.build(names))
         for intent in separate_groups(plan):
             plan.add_intent(intent)
         return plan
+
+    def _replicas(self, kept: list[_Launch]) -> dict[str, str]:
+        """Planned name -> the task it is a replica of: launches of one name that are alike
+        (request, fallbacks, creations, source, and the same promises) are one task with a
+        count, named as the first of them (``web`` x6, not ``web``, ``web-2``, ...)."""
+        under: dict[str, list[Hashable]] = {}
+        for key, entry in self._promises.items():
+            for name in entry.names:
+                under.setdefault(name, []).append(key)
+        first: dict[Hashable, str] = {}
+        out: dict[str, str] = {}
+        for launch in kept:
+            alike = (
+                launch.base,
+                launch.resources,
+                launch.fallbacks,
+                tuple(sorted(launch.creates.items())),
+                launch.source,
+                tuple(under.get(launch.name, ())),
+            )
+            try:
+                out[launch.name] = first.setdefault(alike, launch.name)
+            except TypeError:  # an unhashable promise key: kept on its own
+                out[launch.name] = launch.name
+        return out
+
+    def replica_names(self) -> dict[str, str]:
+        """Each launch's own name (``web``, ``web-2``, ... in launch order) -> the planned
+        task it is a replica of."""
+        with self._lock:
+            return self._replicas([x for x in self._launches if not x.cancelled])
 
     # --- ephemeral resources ------------------------------------------------------------
     def _set_resource(self, label: str, capacity: float, spec: NodeSpec) -> Sequence[str]:
@@ -351,7 +390,7 @@ class PlanningBackend(Backend):
                 name = f"{spec.name}-{number}"
                 self._suffixes[spec.name] = number + 1
             self._names.add(name)
-            launch = _Launch(name, spec.resources, f"launch({spec.name!r})")
+            launch = _Launch(name, spec.resources, f"launch({spec.name!r})", base=spec.name)
             if self._alternatives:
                 launch.fallbacks = self._alternatives[-1][0]
             self._launches.append(launch)
