@@ -26,7 +26,7 @@ from escher.esl._ledger import RecoveryReport
 from escher.esl._locality import DataLocality
 from escher.esl._node_affinity import NodeAffinity
 from escher.esl._plan_parts import PlanParts
-from escher.esl._planning import AppError, PlanRun, load_app, plan_app
+from escher.esl._planning import AppError, PlanRun, load_app, plan_app, plan_tasks
 from escher.esl._policy import AllOf, FirstOf, Policy, Requests, SoftConstraints
 from escher.esl._prefer import (
     PreferApart,
@@ -139,5 +139,6 @@ __all__ = [
     "load_app",
     "plan_app",
     "plan_quotas",
+    "plan_tasks",
     "simulate",
 ]

@@ -71,8 +71,11 @@ def record_launch(policy: Promising, ref: TaskRef) -> None:
     """Tell a planning backend what `policy` promises about the task `ref` (no-op when the
     backend runs tasks)."""
     planning = planning_backend(policy.backend)
-    if planning is None:
-        return
+    if planning is not None:
+        _report(planning, policy, ref)
+
+
+def _report(planning: PlanningBackend, policy: Promising, ref: TaskRef) -> None:
     body = ref.spec.fn
     creates = {}
     if isinstance(body, TaskBody):
@@ -83,6 +86,18 @@ def record_launch(policy: Promising, ref: TaskRef) -> None:
             planning.promise((owner, index), build, ref)
         for key, domains in parts.topologies.items():
             planning.add_topology(key, domains)
+
+
+def plan_tasks(policy: Promising, refs: Sequence[TaskRef]) -> Plan:
+    """The plan of tasks already launched under `policy`, recorded as a planning run records
+    launches: each task's request as launched and the intents the policy promises about it
+    (the resources the policy set are already on the cluster, so none are planned). What
+    ``escher view`` verifies for a policy's pending tasks.
+    """
+    planning = PlanningBackend()
+    for ref in refs:
+        _report(planning, policy, planning.record(ref.spec))
+    return planning.plan()
 
 
 @dataclass(frozen=True)

@@ -311,3 +311,16 @@ def test_launches_of_one_name_are_replicas_of_one_task() -> None:
     found = find_repairs(run.plan, state, timeout=30)
     texts = [r.render() for r in found.repairs]
     assert any("web: 6 -> " in t for t in texts), texts
+
+
+def test_tasks_already_launched_are_planned_by_the_same_recording() -> None:
+    """`plan_tasks` (what `escher view` verifies): tasks as launched, with their promises."""
+    from escher.backends.memory import MemoryBackend
+
+    with escher.init(MemoryBackend(nodes={"n0": {"CPU": 1}, "n1": {"CPU": 1}})):
+        aa = esl.AntiAffinity(name="aa")
+        refs = [aa.launch(escher.node_id, resources={"CPU": 1}, name="w") for _ in range(3)]
+        plan = esl.plan_tasks(aa, refs)
+    assert [(t.name, t.count) for t in plan.tasks] == [("w", 3)]
+    assert [i.describe() for i in plan.intents] == ["no two of (w) in one node"]
+    assert not plan.resources  # the policy's labels are on the cluster already

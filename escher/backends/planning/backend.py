@@ -400,6 +400,11 @@ class PlanningBackend(Backend):
     def _launch(self, spec: TaskSpec) -> TaskRef:
         return self._record(spec)
 
+    def record(self, spec: TaskSpec) -> TaskRef:
+        """Record `spec` as a launch (its request as it is; no check against the cluster):
+        how a plan of tasks already launched elsewhere is built (`escher.esl.plan_tasks`)."""
+        return self._record(spec)
+
     def _launch_gang(self, specs: list[TaskSpec]) -> list[TaskRef]:
         refs = [self._record(spec) for spec in specs]
         source = self._sources[-1] if self._sources else "launch_gang"
