@@ -80,12 +80,41 @@ def _report(planning: PlanningBackend, policy: Promising, ref: TaskRef) -> None:
     creates = {}
     if isinstance(body, TaskBody):
         creates = {a.label: a.capacity for a in body.on_start if a.node_spec is None}
-    planning.annotate(ref, source=f"{policy.source}.launch", creates=creates)
+    waits = getattr(policy, "waits_for", ())
+    queued = bool(getattr(policy, "queues", False) or waits)
+    request = None
+    if waits:  # labels other tasks set when they end: this task starts after them
+        request = Resources({k: v for k, v in ref.spec.resources.items() if k not in waits})
+        planning.warn(
+            f"{policy.source}: its tasks start after the tasks that set {', '.join(waits)} "
+            "end; the plan checks that each fits when its turn comes, not the order."
+        )
+    planning.annotate(
+        ref,
+        source=f"{policy.source}.launch",
+        creates=creates,
+        resources=request,
+        concurrent=False if queued else None,
+    )
     for owner, parts in policy.promises(ref.spec.resources):
         for index, build in enumerate(parts.intents):
             planning.promise((owner, index), build, ref)
         for key, domains in parts.topologies.items():
             planning.add_topology(key, domains)
+
+
+def mark_queued(backend: Backend, ref: TaskRef, source: str, request: Resources) -> None:
+    """In a planning run, record that `ref`'s task waits in a queue of `source` whose cycles
+    admit it at run time: it is planned with its own `request` (without the admission
+    labels the cycles set) and only has to fit when it starts; else nothing."""
+    planning = planning_backend(backend)
+    if planning is not None:
+        planning.annotate(ref, source=source, resources=request, concurrent=False)
+        planning.warn(
+            f"{source.partition('.user(')[0]}: admission is decided by its cycles at run time "
+            "(never while planning); its tasks are planned with their own requests, each "
+            "fitting when admitted."
+        )
 
 
 def plan_tasks(policy: Promising, refs: Sequence[TaskRef]) -> Plan:

@@ -47,6 +47,12 @@ class Policy:
     #: In an `AllOf`, run this policy's `before_launch` after the others' (it steers by the
     #: final request, e.g. `Preferences`).
     launch_last = False
+    #: Its tasks wait their turn (a queue): a plan records them as not concurrent (each
+    #: only has to fit when it starts).
+    queues = False
+    #: Labels its tasks request that other tasks set when they end (an event): a plan
+    #: records its tasks without them, as not concurrent, with a warning.
+    waits_for: tuple[str, ...] = ()
 
     #: How the policy is named in verifier explanations.
     @property
@@ -279,6 +285,14 @@ class AllOf(Policy):
     @property
     def source(self) -> str:
         return " & ".join(p.source for p in self.policies)
+
+    @property
+    def queues(self) -> bool:  # type: ignore[override]
+        return any(p.queues for p in self.policies)
+
+    @property
+    def waits_for(self) -> tuple[str, ...]:  # type: ignore[override]
+        return tuple(label for p in self.policies for label in p.waits_for)
 
     def constraint(self) -> Constraint:
         return functools.reduce(Constraint.__and__, (p.constraint() for p in self.policies))

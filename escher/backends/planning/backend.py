@@ -96,6 +96,7 @@ class _Launch:
     cancelled: bool = False
     fallbacks: tuple[Resources, ...] = ()
     base: str = ""  # the task's own name (launches of one name are replicas when alike)
+    concurrent: bool = True
 
 
 @dataclass
@@ -200,9 +201,11 @@ class PlanningBackend(Backend):
         source: str | None = None,
         creates: Mapping[str, float] | None = None,
         resources: Resources | None = None,
+        concurrent: bool | None = None,
     ) -> None:
-        """Say more about a recorded task: who launched it, what it creates on its node, or
-        the request the plan gives it (when the run's own request would pin it)."""
+        """Say more about a recorded task: who launched it, what it creates on its node,
+        the request the plan gives it (when the run's own request would pin it), or that it
+        waits its turn (`concurrent` False: a queue's task only has to fit when it starts)."""
         with self._lock:
             launch = self._by_ref.get(ref.id)
             if launch is None:
@@ -214,6 +217,8 @@ class PlanningBackend(Backend):
                     launch.creates[label] = max(capacity, launch.creates.get(label, 0.0))
             if resources is not None:
                 launch.resources = resources
+            if concurrent is not None:
+                launch.concurrent = concurrent
 
     def promise(self, key: Hashable, build: IntentBuilder, ref: TaskRef) -> None:
         """`ref`'s task is under the intent `key`: tasks promised under one key share one
@@ -270,6 +275,7 @@ class PlanningBackend(Backend):
                     creates=dict(sorted(launch.creates.items())) or None,
                     source=launch.source,
                     fallbacks=launch.fallbacks,
+                    concurrent=launch.concurrent,
                 )
             for key, domains in self._topologies.items():
                 plan.add_topology(key, domains)
@@ -298,6 +304,7 @@ class PlanningBackend(Backend):
                 launch.fallbacks,
                 tuple(sorted(launch.creates.items())),
                 launch.source,
+                launch.concurrent,
                 tuple(under.get(launch.name, ())),
             )
             try:
