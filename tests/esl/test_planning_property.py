@@ -2,9 +2,9 @@
 
 Hypothesis draws clusters of mixed node sizes and compositions of ESLs (co-location groups
 of mixed sizes AND a per-node limit shared by all of them, anti-affinity with a per-node
-limit, alone or AND a node affinity, anti-affinity over zones, gangs). For each, the app is
-planned and verified, then run on the in-memory backend over the same cluster, following
-the witness of a feasible plan (`escher.esl.follow`):
+limit, alone or AND a node affinity or a preference, anti-affinity over zones, gangs). For
+each, the app is planned and verified, then run on the in-memory backend over the same
+cluster, following the witness of a feasible plan (`escher.esl.follow`):
 
 * FEASIBLE: the run places every task, and no intent the verifier proved is broken;
 * INFEASIBLE: the run leaves some task waiting, and ``escher.why`` on it names a conflict
@@ -33,7 +33,8 @@ class Shape:
     """One generated app."""
 
     cpus: tuple[int, ...]  # CPUs of each node
-    kind: str  # "groups", "spread", "affinity" (spread on zone a only) or "zones"
+    kind: str  # "groups", "spread", "affinity" (spread on zone a only), "preferred"
+    # (spread AND a preference for the last node) or "zones"
     count: int  # spread tasks
     sizes: tuple[int, ...]  # members of each group
     limit: str  # "none", "anti-affinity", "load-balance"
@@ -64,6 +65,9 @@ class Shape:
                 policy: esl.Policy = esl.AntiAffinity(per_node=self.per_node, name="aa")
                 if self.kind == "affinity":
                     policy = esl.NodeAffinity({"zone": "a"}, name="zone-a") & policy
+                elif self.kind == "preferred":
+                    last = f"n{len(self.cpus) - 1}"
+                    policy = policy & esl.Preferences(esl.PreferNodes(ids=[last]), name="soft")
                 for _ in range(self.count):
                     policy.launch(hold, resources={"CPU": 1})
             if self.gang:
@@ -76,7 +80,7 @@ class Shape:
 shapes = st.builds(
     Shape,
     cpus=st.lists(st.integers(1, 4), min_size=1, max_size=4).map(tuple),
-    kind=st.sampled_from(["groups", "groups", "spread", "affinity", "zones"]),
+    kind=st.sampled_from(["groups", "groups", "spread", "affinity", "preferred", "zones"]),
     count=st.integers(1, 4),
     sizes=st.lists(st.integers(1, 4), min_size=1, max_size=4).map(tuple),
     limit=st.sampled_from(["none", "anti-affinity", "load-balance"]),
