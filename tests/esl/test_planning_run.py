@@ -203,9 +203,10 @@ def test_the_run_keeps_every_proven_intent(app: Callable[[], Any], count: int) -
     cpus = 8 if app is shared_anti_affinity else 4
     outcome = plan_and_run(app, cluster(count, cpus=cpus, labels=zoned))
     assert outcome.result.status is Verdict.FEASIBLE, outcome.result.render()
-    # (what only a FirstOf's preferred alternative promises is a preference)
+    # (what only a FirstOf's preferred alternative promises is a preference; a queue's
+    # promise is about time, which its warning states: tests/esl/test_planning_pages.py)
     promised = outcome.result.intents or any(i.preferred for i in outcome.plan.intents)
-    assert promised, "every ESL promises something"
+    assert promised or app is task_queue, "every ESL promises something"
     assert outcome.all_placed, (outcome.placement, outcome.planned)
     assert outcome.violations() == []
 
