@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-import itertools
+import math
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -126,18 +126,22 @@ def _part_name(name: str, index: int) -> str:
 
 
 def _splits(task: PlannedTask) -> list[tuple[int, ...]]:
-    """Every split of the task's replicas over its alternatives, fewest and earliest
-    fallbacks first (at most `MAX_CANDIDATES`)."""
-    k = len(task.alternatives)
-    found: list[tuple[int, tuple[int, ...]]] = []
-    for cut in itertools.combinations(range(task.count + k - 1), k - 1):
-        bounds = (-1, *cut, task.count + k - 1)
-        split = tuple(bounds[i + 1] - bounds[i] - 1 for i in range(k))
-        found.append((sum(i * n for i, n in enumerate(split)), split))
-        if len(found) > 4 * MAX_CANDIDATES:
-            break
-    found.sort()
-    return [split for _, split in found[:MAX_CANDIDATES]]
+    """Splits of the task's replicas over its alternatives, fewest and earliest fallbacks
+    first (each step moves one replica one alternative later), at most `MAX_CANDIDATES`."""
+    start = (task.count,) + (0,) * len(task.fallbacks)
+    found, level, seen = [start], [start], {start}
+    while level and len(found) < MAX_CANDIDATES:
+        nxt = []
+        for split in level:
+            for i in range(len(split) - 1):
+                if split[i]:
+                    moved = (*split[:i], split[i] - 1, split[i + 1] + 1, *split[i + 2 :])
+                    if moved not in seen:
+                        seen.add(moved)
+                        nxt.append(moved)
+        found.extend(nxt)
+        level = nxt
+    return found[:MAX_CANDIDATES]
 
 
 def _candidates(tasks: list[PlannedTask]) -> Iterator[tuple[tuple[int, ...], ...]]:
@@ -164,8 +168,7 @@ def _exhaustive(tasks: list[PlannedTask]) -> bool:
     """True if `_candidates` lists every split of these tasks within `MAX_CANDIDATES`."""
     total = 1
     for t in tasks:
-        k = len(t.alternatives)
-        total *= len(list(itertools.combinations(range(t.count + k - 1), k - 1)))
+        total *= math.comb(t.count + len(t.fallbacks), len(t.fallbacks))
         if total > MAX_CANDIDATES:
             return False
     return True

@@ -125,3 +125,12 @@ def test_the_witness_of_a_plain_plan_is_unchanged() -> None:
     result = verify(plan, nodes(1))
     assert result.feasible and not result.preferences
     assert check_placement(plan, nodes(1), result.witness) == []  # type: ignore[arg-type]
+
+
+def test_many_replicas_use_the_fewest_fallbacks_that_fit() -> None:
+    plan = Plan()
+    plan.add_task("w", {"CPU": 2}, count=21, fallbacks=[{"CPU": 1}])
+    result = verify(plan, nodes(10))
+    assert result.status is Verdict.FEASIBLE, result.render()
+    assert len(result.witness["w"]) == 21  # type: ignore[index]
+    assert "19 on the preferred request" in result.preferences[0], result.preferences
