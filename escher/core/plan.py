@@ -58,6 +58,9 @@ class PlannedTask:
             concurrent task of the plan (a gang, a batch); False if it only has to fit
             somewhere eventually.
         source: What made it (e.g. "CoLocation('ps').request").
+        fallbacks: The requests each replica may run with instead of `resources`, in order
+            of preference (a `FirstOf`, ``a | b``): a replica runs with exactly one of
+            `resources` and these. Empty for a task with one request.
     """
 
     name: str
@@ -66,6 +69,12 @@ class PlannedTask:
     creates: tuple[ResourceCreation, ...] = ()
     concurrent: bool = True
     source: str = ""
+    fallbacks: tuple[Resources, ...] = ()
+
+    @property
+    def alternatives(self) -> tuple[Resources, ...]:
+        """Every request a replica may run with, the preferred one first."""
+        return (self.resources, *self.fallbacks)
 
 
 @dataclass(frozen=True)
@@ -262,8 +271,12 @@ class Plan:
         creates: Mapping[str, float] | None = None,
         concurrent: bool = True,
         source: str = "",
+        fallbacks: Iterable[Mapping[str, float]] = (),
     ) -> PlannedTask:
         """Record `count` identical tasks requesting `resources`.
+
+        `fallbacks` are the requests a replica may run with instead, in order of preference
+        (a `FirstOf`): each replica runs with one of `resources` and `fallbacks`.
 
         Raises:
             ValidationError: a duplicate name, a bad count or a bad resource.
@@ -287,8 +300,20 @@ class Plan:
         )
         if resources is not None and not isinstance(resources, Mapping):
             raise ValidationError(f"resources of task {name!r} must map names to quantities.")
+        if isinstance(fallbacks, Mapping | str) or not all(
+            isinstance(f, Mapping) for f in fallbacks
+        ):
+            raise ValidationError(
+                f"fallbacks of task {name!r} must be a list of requests (name -> quantity)."
+            )
         task = PlannedTask(
-            name, Resources.of(resources), count, made, concurrent, source or f"task {name!r}"
+            name,
+            Resources.of(resources),
+            count,
+            made,
+            concurrent,
+            source or f"task {name!r}",
+            tuple(Resources.of(f) for f in fallbacks),
         )
         self.tasks.append(task)
         index[name] = task
@@ -493,6 +518,9 @@ def _check_task(t: object, names: set[str]) -> None:
         raise ValidationError(f"task {t.name!r}: count must be an int from 1 to {MAX_REPLICAS:,}.")
     if not isinstance(t.concurrent, bool):
         raise ValidationError(f"task {t.name!r}: concurrent must be True or False.")
+    fallbacks = t.fallbacks if isinstance(t.fallbacks, tuple) else (None,)
+    if not all(isinstance(f, Resources) for f in fallbacks):
+        raise ValidationError(f"task {t.name!r}: fallbacks must be a tuple of Resources.")
     for c in t.creates if isinstance(t.creates, tuple) else (None,):
         if not isinstance(c, ResourceCreation):
             raise ValidationError(f"task {t.name!r}: creates must be ResourceCreation values.")
@@ -551,7 +579,7 @@ def _add_resource(plan: Plan, raw: Mapping[str, Any]) -> None:
 
 
 def _task_to_dict(t: PlannedTask) -> dict[str, Any]:
-    return {
+    entry: dict[str, Any] = {
         "name": t.name,
         "resources": t.resources.to_dict(),
         "count": t.count,
@@ -559,6 +587,9 @@ def _task_to_dict(t: PlannedTask) -> dict[str, Any]:
         "concurrent": t.concurrent,
         "source": t.source,
     }
+    if t.fallbacks:  # left out when empty: files of plans without fallbacks stay as they were
+        entry["fallbacks"] = [f.to_dict() for f in t.fallbacks]
+    return entry
 
 
 def _entry(raw: Mapping[str, Any]) -> dict[str, Any]:
@@ -573,6 +604,7 @@ def _entry(raw: Mapping[str, Any]) -> dict[str, Any]:
         "count": raw.get("count", 1),
         "creates": made,
         "concurrent": raw.get("concurrent", True),
+        "fallbacks": tuple(Resources.of(f) for f in raw.get("fallbacks", ())),
     }
 
 

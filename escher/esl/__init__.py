@@ -20,12 +20,13 @@ from escher.esl._contribution import Contribution, LabelNote
 from escher.esl._domains import DomainAntiAffinity, DomainColocation, DomainGroup, DomainSpread
 from escher.esl._esl import ESL, Bound
 from escher.esl._fair import FairShare, Priority, WeightedFairQueue
+from escher.esl._follow import Guide, follow
 from escher.esl._gang import Gang, GangRun, Member
 from escher.esl._ledger import RecoveryReport
 from escher.esl._locality import DataLocality
 from escher.esl._node_affinity import NodeAffinity
 from escher.esl._plan_parts import PlanParts
-from escher.esl._planning import AppError, PlanRun, load_app, plan_app
+from escher.esl._planning import AppError, PlanRun, load_app, plan_app, plan_tasks
 from escher.esl._policy import AllOf, FirstOf, Policy, Requests, SoftConstraints
 from escher.esl._prefer import (
     PreferApart,
@@ -102,6 +103,7 @@ __all__ = [
     "GangRun",
     "Greedy",
     "Group",
+    "Guide",
     "JobHandle",
     "LabelNote",
     "LoadBalance",
@@ -133,8 +135,10 @@ __all__ = [
     "check_deadlines",
     "dominant_share",
     "drf_allocation",
+    "follow",
     "load_app",
     "plan_app",
     "plan_quotas",
+    "plan_tasks",
     "simulate",
 ]

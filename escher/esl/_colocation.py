@@ -28,6 +28,7 @@ from escher.core.task import TaskRef, TaskSpec
 from escher.esl._constraint import Action, Constraint, Recorder
 from escher.esl._contribution import Contribution, LabelNote
 from escher.esl._esl import ESL, validate_group
+from escher.esl._follow import followed_group_node
 from escher.esl._plan_parts import PlanParts
 from escher.esl._planning import planning_backend
 from escher.esl._policy import Policy, watch_done
@@ -315,6 +316,25 @@ class CoLocation(ESL):
                 return nid
         return None
 
+    def _followed(
+        self,
+        group: Group,
+        state: ClusterState | None,
+        pledged: Mapping[str, Resources] | None,
+    ) -> str | None:
+        """The node a verified witness gives `group` (`escher.esl.follow`), if it is alive
+        and has room for the group now; else None."""
+        node = followed_group_node(group.source)
+        if node is None:
+            return None
+        state = self.backend.get_cluster_state() if state is None else state
+        pledged = self._pledges() if pledged is None else pledged
+        found = state.nodes.get(node)
+        if found is None or not found.alive:
+            return None
+        free = found.available - pledged.get(node, Resources())
+        return node if group.need.fits_in(free) else None
+
     def _place(
         self,
         group: Group,
@@ -328,7 +348,7 @@ class CoLocation(ESL):
                 return group.node is not None
             assert group.size is not None
             need = group.need
-            node = self.choose_node(need, state, pledged)
+            node = self._followed(group, state, pledged) or self.choose_node(need, state, pledged)
             if node is None:
                 return False
             if pledged is not None:

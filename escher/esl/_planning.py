@@ -15,7 +15,7 @@ import importlib.util
 import linecache
 import sys
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -71,18 +71,62 @@ def record_launch(policy: Promising, ref: TaskRef) -> None:
     """Tell a planning backend what `policy` promises about the task `ref` (no-op when the
     backend runs tasks)."""
     planning = planning_backend(policy.backend)
-    if planning is None:
-        return
+    if planning is not None:
+        _report(planning, policy, ref)
+
+
+def _report(planning: PlanningBackend, policy: Promising, ref: TaskRef) -> None:
     body = ref.spec.fn
     creates = {}
     if isinstance(body, TaskBody):
         creates = {a.label: a.capacity for a in body.on_start if a.node_spec is None}
-    planning.annotate(ref, source=f"{policy.source}.launch", creates=creates)
+    waits = getattr(policy, "waits_for", ())
+    queued = bool(getattr(policy, "queues", False) or waits)
+    request = None
+    if waits:  # labels other tasks set when they end: this task starts after them
+        request = Resources({k: v for k, v in ref.spec.resources.items() if k not in waits})
+        planning.warn(
+            f"{policy.source}: its tasks start after the tasks that set {', '.join(waits)} "
+            "end; the plan checks that each fits when its turn comes, not the order."
+        )
+    planning.annotate(
+        ref,
+        source=f"{policy.source}.launch",
+        creates=creates,
+        resources=request,
+        concurrent=False if queued else None,
+    )
     for owner, parts in policy.promises(ref.spec.resources):
         for index, build in enumerate(parts.intents):
             planning.promise((owner, index), build, ref)
         for key, domains in parts.topologies.items():
             planning.add_topology(key, domains)
+
+
+def mark_queued(backend: Backend, ref: TaskRef, source: str, request: Resources) -> None:
+    """In a planning run, record that `ref`'s task waits in a queue of `source` whose cycles
+    admit it at run time: it is planned with its own `request` (without the admission
+    labels the cycles set) and only has to fit when it starts; else nothing."""
+    planning = planning_backend(backend)
+    if planning is not None:
+        planning.annotate(ref, source=source, resources=request, concurrent=False)
+        planning.warn(
+            f"{source.partition('.user(')[0]}: admission is decided by its cycles at run time "
+            "(never while planning); its tasks are planned with their own requests, each "
+            "fitting when admitted."
+        )
+
+
+def plan_tasks(policy: Promising, refs: Sequence[TaskRef]) -> Plan:
+    """The plan of tasks already launched under `policy`, recorded as a planning run records
+    launches: each task's request as launched and the intents the policy promises about it
+    (the resources the policy set are already on the cluster, so none are planned). What
+    ``escher view`` verifies for a policy's pending tasks.
+    """
+    planning = PlanningBackend()
+    for ref in refs:
+        _report(planning, policy, planning.record(ref.spec))
+    return planning.plan()
 
 
 @dataclass(frozen=True)
@@ -95,11 +139,15 @@ class PlanRun:
         stopped_at: Where the app read a task's result (``file:line``), which ended the
             plan there; "" if the app ran to its end.
         warnings: What the user should know about the plan (e.g. where it stopped).
+        replicas: Each launch, by its name in launch order (``web``, ``web-2``, ...: the
+            first free of the task's name and its numbered forms), -> the planned task it
+            is a replica of (alike launches of one name are one task with a count).
     """
 
     plan: Plan
     stopped_at: str = ""
     warnings: tuple[str, ...] = field(default=())
+    replicas: Mapping[str, str] = field(default_factory=dict)
 
 
 class AppError(EscherError):
@@ -154,7 +202,20 @@ def plan_app(
             f"the plan stops at {stopped_at}: the app reads a task's result there and nothing "
             "runs while planning; what it launches after that is not in the plan."
         )
-    return PlanRun(backend.plan(), stopped_at, tuple(warnings))
+    return PlanRun(backend.plan(), stopped_at, tuple(warnings), backend.replica_names())
+
+
+@contextlib.contextmanager
+def _active(backend: Backend) -> Iterator[None]:
+    """Make `backend` the active backend inside the block, then restore the one before (as
+    `escher.use_backend`; a backend the app made active itself is closed at the end)."""
+    previous = swap_active_backend(backend)
+    try:
+        yield
+    finally:
+        current = swap_active_backend(previous)
+        if current is not None and current is not backend and current is not previous:
+            current.close()
 
 
 @contextlib.contextmanager

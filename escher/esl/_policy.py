@@ -32,7 +32,7 @@ from escher.core.resources import Resources, validate_quantity
 from escher.core.task import TaskRef, TaskSpec
 from escher.esl._constraint import Constraint, Recorder, build_spec, split_options
 from escher.esl._plan_parts import PlanParts
-from escher.esl._planning import plan_warning, planning_backend, record_launch
+from escher.esl._planning import planning_backend, record_launch
 from escher.esl._soft import SoftTaskRef
 
 
@@ -47,6 +47,12 @@ class Policy:
     #: In an `AllOf`, run this policy's `before_launch` after the others' (it steers by the
     #: final request, e.g. `Preferences`).
     launch_last = False
+    #: Its tasks wait their turn (a queue): a plan records them as not concurrent (each
+    #: only has to fit when it starts).
+    queues = False
+    #: Labels its tasks request that other tasks set when they end (an event): a plan
+    #: records its tasks without them, as not concurrent, with a warning.
+    waits_for: tuple[str, ...] = ()
 
     #: How the policy is named in verifier explanations.
     @property
@@ -280,6 +286,14 @@ class AllOf(Policy):
     def source(self) -> str:
         return " & ".join(p.source for p in self.policies)
 
+    @property
+    def queues(self) -> bool:  # type: ignore[override]
+        return any(p.queues for p in self.policies)
+
+    @property
+    def waits_for(self) -> tuple[str, ...]:  # type: ignore[override]
+        return tuple(label for p in self.policies for label in p.waits_for)
+
     def constraint(self) -> Constraint:
         return functools.reduce(Constraint.__and__, (p.constraint() for p in self.policies))
 
@@ -394,16 +408,13 @@ class FirstOf(Policy):
             A `SoftTaskRef`: a `TaskRef` that follows whichever attempt runs.
         """
         options = split_options(kwargs)
-        if len(self.alternatives) > 1 and planning_backend(self.backend) is not None:
-            rest = " | ".join(f"({p.source})" for p in self.alternatives[1:])
-            plan_warning(
-                self.backend,
-                f"{self.source}: planned with its first alternative; the fallbacks {rest} "
-                f"start only after {self.timeout:g}s of waiting, which a planning run never "
-                "does, so they are not in the plan.",
-            )
+
+        built: dict[int, TaskSpec] = {}  # specs a planning run built ahead
 
         def make(index: int) -> TaskSpec:
+            spec = built.pop(index, None)
+            if spec is not None:
+                return spec
             alt = self.alternatives[index]
             return build_spec(
                 fn, args, kwargs, alt.constraint(), resources, name, alt.recorder(), **options
@@ -412,13 +423,33 @@ class FirstOf(Policy):
         def submit(index: int, spec: TaskSpec) -> TaskRef:
             return self.alternatives[index].launch_spec(spec)
 
-        return SoftTaskRef(
-            make,
-            submit,
-            alternatives=len(self.alternatives),
-            timeout=self.timeout,
-            clock=self.backend.clock,
-        )
+        def launch() -> SoftTaskRef:
+            return SoftTaskRef(
+                make,
+                submit,
+                alternatives=len(self.alternatives),
+                timeout=self.timeout,
+                clock=self.backend.clock,
+            )
+
+        planning = planning_backend(self.backend)
+        if planning is None or len(self.alternatives) == 1:
+            return launch()
+        # A planning run records the task whole: its fallback requests, and as
+        # requirements only what every alternative promises (the rest: preferences).
+        specs = [make(i) for i in range(len(self.alternatives))]
+        built.update(enumerate(specs))
+        keys = [
+            {
+                (owner, i)
+                for owner, parts in alt.promises(spec.resources)
+                for i in range(len(parts.intents))
+            }
+            for alt, spec in zip(self.alternatives, specs, strict=True)
+        ]
+        common = set.intersection(*keys)
+        with planning.alternatives([spec.resources for spec in specs[1:]], common):
+            return launch()
 
 
 #: The paper's soft constraints are ordered fallbacks.

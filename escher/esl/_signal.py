@@ -24,6 +24,7 @@ from escher.esl._contribution import Contribution, LabelNote
 from escher.esl._esl import ESL, Bound, node_ids
 from escher.esl._ledger import EVERY_NODE
 from escher.esl._plan_parts import PlanParts
+from escher.esl._planning import plan_warning
 from escher.esl._policy import Policy
 
 
@@ -67,6 +68,7 @@ class Event:
         )
         self.setter = _Setter(owner, [self.label], f"{owner.source}.event({name!r}).setter")
         self.waiter = Bound(owner, {self.label: 1}, f"{owner.source}.event({name!r}).waiter")
+        self.waiter.waits_for = (self.label,)
 
     def set(self) -> None:
         """Set the event from the application (releases every waiter)."""
@@ -142,6 +144,7 @@ class Barrier(ESL):
         self._next = 0
         self._count_lock = threading.Lock()
         self.after = Bound(self, {label: 1 for label in self.labels}, f"{self.source}.after")
+        self.after.waits_for = tuple(self.labels)
 
     def constraint(self) -> Constraint:
         """A party's constraint: the next party's label is set when the task returns."""
@@ -171,6 +174,7 @@ class TaskQueue(ESL):
     """
 
     kind = "queue"
+    queues = True
 
     def __init__(
         self,
@@ -203,6 +207,17 @@ class TaskQueue(ESL):
 
     def constraint(self) -> Constraint:
         return Constraint(Resources({self.unit: 1}), source=self.source)
+
+    def promises(self, resources: Resources) -> list[tuple[Policy, PlanParts]]:
+        """Nothing a plan can state: the queue bounds how many run *at once*, and its tasks
+        wait their turn (planned as not concurrent), so a per-node count over all of them
+        would claim more than the queue does."""
+        plan_warning(
+            self.backend,
+            f"{self.source}: its rate bounds how many of its tasks run at once per node; the "
+            "plan checks that each fits when its turn comes, not the order they drain in.",
+        )
+        return []
 
     def plan_parts(self, count: int, resources: Resources) -> PlanParts:
         source, rate = self.source, max(self.rate, 1)

@@ -116,6 +116,7 @@ class IntentChecker:
 
     def check(self) -> list[dict[str, Any]]:
         """One round: verify every bound policy's pending tasks on the current state."""
+        from escher.esl import plan_tasks
         from escher.verify import verify
 
         state = self.backend.get_cluster_state()
@@ -128,13 +129,9 @@ class IntentChecker:
             pending = [ref for ref, _ in mine if ref.state is TaskState.PENDING]
             entry: dict[str, Any] = {"source": policy.source, "tasks": len(mine)}
             try:
-                base = Resources()
-                if pending:
-                    owned = set(mine[[r for r, _ in mine].index(pending[0])][1].labels)
-                    base = Resources(
-                        {n: q for n, q in pending[0].spec.resources.items() if n not in owned}
-                    )
-                plan = policy.declare(None, "pending", count=max(1, len(pending)), resources=base)
+                # the pending tasks as launched, with what the policy promises about them
+                # (the recording of a planning run; its resources are already on the cluster)
+                plan = plan_tasks(policy, pending)
                 result = verify(plan, state, timeout=self.timeout)
                 entry["verdict"] = result.status.value
                 entry["intents"] = [

@@ -16,6 +16,7 @@ from typing import Any
 from escher.core.cluster import ClusterState
 from escher.core.errors import ValidationError, VerificationError
 from escher.core.plan import Plan
+from escher.verify._fallbacks import Choice, choose, has_fallbacks
 from escher.verify._result import (
     Explanation,
     IntentResult,
@@ -132,6 +133,12 @@ class Verifier:
         self._decided = grouping.plan  # what is decided: the plan as written, or its groups
         left = max(deadline - time.monotonic(), 1e-9)
         _check_arguments(self._decided, state, left, memory_mb)
+        # A plan with fallback requests is decided as the candidate `choose` picks.
+        self._choice: Choice | None = None
+        if has_fallbacks(self._decided):
+            self._choice = choose(self._decided, state, deadline=deadline, memory_mb=memory_mb)
+            self._grouping = as_written(self._choice.plan)
+            self._decided = self._choice.plan
         self.state = state
         self.deadline = deadline
         self.memory_mb = memory_mb
@@ -186,6 +193,8 @@ class Verifier:
             preferences=prefs,
             decide_by=(d.decide_by or "more time (--timeout)") if status is Verdict.UNKNOWN else "",
         )
+        if self._choice is not None:
+            self._result = _chosen(self._result, self._choice)
         return self._result
 
     def _prefer(
@@ -344,6 +353,27 @@ class Verifier:
             "items": len(p.items),
             "seconds": {k: round(v, 4) for k, v in times.items()},
         }
+
+
+def _chosen(result: VerificationResult, choice: Choice) -> VerificationResult:
+    """The verdict on a plan with fallbacks, from the verdict on its chosen candidate."""
+    warnings = (*choice.warnings, *result.warnings)
+    if result.witness is not None:
+        return _replace(
+            result,
+            witness=choice.witness(result.witness),
+            preferences=(*choice.preferences, *result.preferences),
+            warnings=warnings,
+        )
+    if result.status is Verdict.INFEASIBLE and choice.undecided:
+        return _replace(
+            result,
+            status=Verdict.UNKNOWN,
+            explanation=None,
+            decide_by=choice.undecided,
+            warnings=warnings,
+        )
+    return _replace(result, warnings=warnings)
 
 
 def _replace(result: VerificationResult, **changes: Any) -> VerificationResult:

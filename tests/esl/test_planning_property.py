@@ -1,17 +1,17 @@
 """Property: the plan a planning run records tells what the same code does when it runs.
 
-Hypothesis draws clusters and compositions of ESLs (co-location groups AND a per-node limit
-shared by all of them, anti-affinity with a per-node limit, alone or AND a node affinity,
-anti-affinity over zones, gangs). For each, the app is
-planned and verified, then run on the in-memory backend over the same cluster:
+Hypothesis draws clusters of mixed node sizes and compositions of ESLs (co-location groups
+of mixed sizes AND a per-node limit shared by all of them, anti-affinity with a per-node
+limit, alone or AND a node affinity or a preference, anti-affinity over zones, gangs). For
+each, the app is planned and verified, then run on the in-memory backend over the same
+cluster, following the witness of a feasible plan (`escher.esl.follow`):
 
 * FEASIBLE: the run places every task, and no intent the verifier proved is broken;
 * INFEASIBLE: the run leaves some task waiting, and ``escher.why`` on it names a conflict
   drawn from the app's own policies.
 
-The compositions are those whose run-time placement is exact on identical nodes (identical
-groups placed first-fit, one-CPU tasks): there a greedy launch places everything exactly
-when a placement exists, so the property is the planning run's, not the greedy scheduler's.
+Groups of mixed sizes on nodes of mixed sizes are where first fit strands a group on a plan
+proven feasible; following the witness, the run places them where the proof does.
 """
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ from tests.support.planning import cluster, hold, plan_and_run
 class Shape:
     """One generated app."""
 
-    nodes: int
-    cpus: int
-    kind: str  # "groups", "spread", "affinity" (spread on zone a only) or "zones"
-    count: int  # groups, or spread tasks
-    size: int  # members per group
+    cpus: tuple[int, ...]  # CPUs of each node
+    kind: str  # "groups", "spread", "affinity" (spread on zone a only), "preferred"
+    # (spread AND a preference for the last node) or "zones"
+    count: int  # spread tasks
+    sizes: tuple[int, ...]  # members of each group
     limit: str  # "none", "anti-affinity", "load-balance"
     per_node: int
     gang: int  # gang members (0: no gang)
@@ -51,11 +51,11 @@ class Shape:
                     shared = esl.LoadBalance(per_node=self.per_node, name="lb")
                 colo = esl.CoLocation(name="colo")
                 groups = [
-                    colo.group(f"g{i}", self.size, {"CPU": 1}, policy=shared)
-                    for i in range(self.count)
+                    colo.group(f"g{i}", size, {"CPU": 1}, policy=shared)
+                    for i, size in enumerate(self.sizes)
                 ]
-                for group in groups:
-                    for _ in range(self.size):
+                for group, size in zip(groups, self.sizes, strict=True):
+                    for _ in range(size):
                         group.launch(hold)
             elif self.kind == "zones":
                 zones = esl.DomainAntiAffinity("zone", per_domain=self.per_node, name="zones")
@@ -65,6 +65,9 @@ class Shape:
                 policy: esl.Policy = esl.AntiAffinity(per_node=self.per_node, name="aa")
                 if self.kind == "affinity":
                     policy = esl.NodeAffinity({"zone": "a"}, name="zone-a") & policy
+                elif self.kind == "preferred":
+                    last = f"n{len(self.cpus) - 1}"
+                    policy = policy & esl.Preferences(esl.PreferNodes(ids=[last]), name="soft")
                 for _ in range(self.count):
                     policy.launch(hold, resources={"CPU": 1})
             if self.gang:
@@ -76,11 +79,10 @@ class Shape:
 
 shapes = st.builds(
     Shape,
-    nodes=st.integers(1, 4),
-    cpus=st.integers(1, 4),
-    kind=st.sampled_from(["groups", "spread", "affinity", "zones"]),
+    cpus=st.lists(st.integers(1, 4), min_size=1, max_size=4).map(tuple),
+    kind=st.sampled_from(["groups", "groups", "spread", "affinity", "preferred", "zones"]),
     count=st.integers(1, 4),
-    size=st.integers(1, 3),
+    sizes=st.lists(st.integers(1, 4), min_size=1, max_size=4).map(tuple),
     limit=st.sampled_from(["none", "anti-affinity", "load-balance"]),
     per_node=st.integers(1, 4),
     gang=st.integers(0, 3),
@@ -88,14 +90,14 @@ shapes = st.builds(
 
 
 @settings(
-    max_examples=30,
+    max_examples=40,
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow],
 )
 @given(shapes)
 def test_the_plan_tells_what_the_run_does(shape: Shape) -> None:
-    state = cluster(shape.nodes, shape.cpus, labels=lambda i: {"zone": "ab"[i % 2]})
+    state = cluster(len(shape.cpus), shape.cpus, labels=lambda i: {"zone": "ab"[i % 2]})
     outcome = plan_and_run(shape.app(), state, settle=1.0, ask_why=True)
     status = outcome.result.status
     assert status is not Verdict.UNKNOWN, outcome.result.render()

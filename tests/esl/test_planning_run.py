@@ -15,7 +15,7 @@ import pytest
 import escher
 from escher import esl
 from escher.core.plan import Colocated, Gang, PinnedTo, Separated, SpreadAtMost
-from escher.verify import Verdict, verify
+from escher.verify import Verdict, find_repairs, verify
 from tests.support.planning import cluster, hold, plan_and_run
 
 
@@ -203,7 +203,10 @@ def test_the_run_keeps_every_proven_intent(app: Callable[[], Any], count: int) -
     cpus = 8 if app is shared_anti_affinity else 4
     outcome = plan_and_run(app, cluster(count, cpus=cpus, labels=zoned))
     assert outcome.result.status is Verdict.FEASIBLE, outcome.result.render()
-    assert outcome.result.intents, "every ESL promises something"
+    # (what only a FirstOf's preferred alternative promises is a preference; a queue's
+    # promise is about time, which its warning states: tests/esl/test_planning_pages.py)
+    promised = outcome.result.intents or any(i.preferred for i in outcome.plan.intents)
+    assert promised or app is task_queue, "every ESL promises something"
     assert outcome.all_placed, (outcome.placement, outcome.planned)
     assert outcome.violations() == []
 
@@ -213,7 +216,11 @@ def test_a_shared_anti_affinity_keeps_its_groups_apart() -> None:
     intents = [r.intent for r in outcome.result.intents]
     apart = [i for i in intents if isinstance(i, Separated)]
     assert len(apart) == 1 and "never share a node" in apart[0].source
-    assert any(isinstance(i, SpreadAtMost) and len(i.tasks) == 6 for i in intents)
+
+    def replicas(names: tuple[str, ...]) -> int:
+        return sum(outcome.plan.task(n).count for n in names)
+
+    assert any(isinstance(i, SpreadAtMost) and replicas(i.tasks) == 6 for i in intents)
     assert sum(isinstance(i, Colocated) for i in intents) == 2
     assert any(isinstance(i, Gang) and i.source == "Gang('trainers')" for i in intents)
     assert all(r.status.value == "proven" for r in outcome.result.intents)
@@ -258,14 +265,14 @@ def test_ghost_anti_affinity_is_planned_as_its_tasks() -> None:
             aa.launch(hold, resources={"CPU": 1})
 
     run = esl.plan_app(ghosts, cluster(4))
-    assert [t.name for t in run.plan.tasks] == ["hold", "hold-2", "hold-3"]
+    assert [(t.name, t.count) for t in run.plan.tasks] == [("hold", 3)]  # alike: replicas
     assert [type(i) for i in run.plan.intents] == [Separated]
 
 
 def test_bin_packing_pins_to_its_pack_nodes() -> None:
     plan = esl.plan_app(bin_packing, cluster(4)).plan
     pinned = [i for i in plan.intents if isinstance(i, PinnedTo)]
-    assert len(pinned) == 1 and len(pinned[0].tasks) == 5
+    assert len(pinned) == 1 and sum(plan.task(t).count for t in pinned[0].tasks) == 5
 
 
 def test_a_plan_verifies_against_another_cluster_without_pinned_nodes() -> None:
@@ -281,3 +288,40 @@ def test_a_plan_verifies_against_another_cluster_without_pinned_nodes() -> None:
     result = verify(plan, six)
     assert result.feasible and result.warnings == ()
     assert all(r.status.value == "proven" for r in result.intents)
+
+
+def test_launches_of_one_name_are_replicas_of_one_task() -> None:
+    """Six alike launches of `web` are `web` x6, so repairs read `web: 6 -> 4`; launches of
+    one name that differ (request, policy) stay tasks of their own, named as before."""
+
+    def web() -> None:
+        for _ in range(6):
+            escher.launch(hold, resources={"CPU": 2}, name="web")
+        escher.launch(hold, resources={"CPU": 1}, name="web")  # another request
+        aa = esl.AntiAffinity(name="aa")
+        for _ in range(2):
+            aa.launch(hold, resources={"CPU": 1}, name="web")  # another policy
+
+    state = cluster(2)
+    run = esl.plan_app(web, state)
+    assert [(t.name, t.count) for t in run.plan.tasks] == [("web", 6), ("web-7", 1), ("web-8", 2)]
+    assert run.replicas["web-6"] == "web" and run.replicas["web-9"] == "web-8"
+    assert esl.plan_app(web, state).plan.to_dict() == run.plan.to_dict()
+    result = verify(run.plan, state)
+    assert result.status is Verdict.INFEASIBLE
+    found = find_repairs(run.plan, state, timeout=30)
+    texts = [r.render() for r in found.repairs]
+    assert any("web: 6 -> " in t for t in texts), texts
+
+
+def test_tasks_already_launched_are_planned_by_the_same_recording() -> None:
+    """`plan_tasks` (what `escher view` verifies): tasks as launched, with their promises."""
+    from escher.backends.memory import MemoryBackend
+
+    with escher.init(MemoryBackend(nodes={"n0": {"CPU": 1}, "n1": {"CPU": 1}})):
+        aa = esl.AntiAffinity(name="aa")
+        refs = [aa.launch(escher.node_id, resources={"CPU": 1}, name="w") for _ in range(3)]
+        plan = esl.plan_tasks(aa, refs)
+    assert [(t.name, t.count) for t in plan.tasks] == [("w", 3)]
+    assert [i.describe() for i in plan.intents] == ["no two of (w) in one node"]
+    assert not plan.resources  # the policy's labels are on the cluster already

@@ -10,10 +10,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 import escher
+from escher import esl
 from escher.backends.memory import MemoryBackend
 from escher.core.cluster import ClusterState, Node
 from escher.core.plan import Plan
@@ -33,12 +35,15 @@ def hold(*_: Any) -> str:
 
 
 def cluster(
-    count: int, cpus: float = 4, labels: Callable[[int], Mapping[str, str]] | None = None
+    count: int,
+    cpus: float | Sequence[float] = 4,
+    labels: Callable[[int], Mapping[str, str]] | None = None,
 ) -> ClusterState:
-    """`count` nodes n0.. with `cpus` CPUs and optional labels."""
+    """`count` nodes n0.. with `cpus` CPUs (each, or one value per node) and optional
+    labels."""
     nodes = {}
     for i in range(count):
-        total = Resources({"CPU": cpus})
+        total = Resources({"CPU": cpus[i] if isinstance(cpus, Sequence) else cpus})
         nodes[f"n{i}"] = Node(f"n{i}", total, total, dict(labels(i)) if labels else {})
     return ClusterState(nodes)
 
@@ -58,7 +63,7 @@ class Outcome:
 
     @property
     def all_placed(self) -> bool:
-        return all(self.placement.get(n) for n in self.planned)
+        return all(len(self.placement.get(t.name, ())) >= t.count for t in self.plan.tasks)
 
     def violations(self) -> list[str]:
         """Every proven intent the real placement breaks."""
@@ -106,10 +111,15 @@ def _names(refs: list[TaskRef]) -> list[str]:
 
 
 def plan_and_run(
-    app: Callable[[], Any], state: ClusterState, settle: float = 3.0, ask_why: bool = False
+    app: Callable[[], Any],
+    state: ClusterState,
+    settle: float = 3.0,
+    ask_why: bool = False,
+    follow: bool = True,
 ) -> Outcome:
     """Plan `app` on `state`, verify it, then run it on the memory backend over `state`
-    (with `ask_why`, ask `escher.why` about the first task that never started)."""
+    (with `ask_why`, ask `escher.why` about the first task that never started). With
+    `follow`, a feasible plan's run follows its witness (`escher.esl.follow`)."""
     run = plan_app(app, state)
     result = verify(run.plan, state, timeout=30)
     nodes = {
@@ -123,10 +133,12 @@ def plan_and_run(
     whys: list[Any] = []
     unplaced: list[str] = []
     try:
-        with escher.init(backend):
+        guide = esl.follow(run.plan, result) if follow and result.feasible else nullcontext()
+        with escher.init(backend), guide:
             app()
-            names = _names(launched)
-            wanted = len(run.plan.tasks)
+            # launches the plan counts as replicas of one task go under that task's name
+            names = [run.replicas.get(n, n) for n in _names(launched)]
+            wanted = sum(t.count for t in run.plan.tasks)
             deadline = time.monotonic() + (WAIT if result.feasible else settle)
             while time.monotonic() < deadline:
                 live = [r for r in launched if not r.done() or r.started()]

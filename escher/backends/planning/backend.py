@@ -18,9 +18,11 @@ plan ends there). The clock stands still: timers never fire.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import threading
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +46,17 @@ from escher.core.task import TaskRef, TaskSpec
 
 #: Builds an intent from the names of the tasks it is about.
 IntentBuilder = Callable[[tuple[str, ...]], Intent]
+
+
+#: The weight of an intent that only some alternatives of a `FirstOf` promise.
+FALLBACK_WEIGHT = 1.0
+
+
+def _preferred(build: IntentBuilder) -> IntentBuilder:
+    def soft(names: tuple[str, ...]) -> Intent:
+        return dataclasses.replace(build(names), weight=FALLBACK_WEIGHT)
+
+    return soft
 
 
 class StillClock(Clock):
@@ -81,6 +94,9 @@ class _Launch:
     source: str
     creates: dict[str, float] = field(default_factory=dict)
     cancelled: bool = False
+    fallbacks: tuple[Resources, ...] = ()
+    base: str = ""  # the task's own name (launches of one name are replicas when alike)
+    concurrent: bool = True
 
 
 @dataclass
@@ -140,6 +156,9 @@ class PlanningBackend(Backend):
         self._numbers = itertools.count(1)
         self._gangs = itertools.count(1)
         self._warnings: dict[str, None] = {}
+        # (fallback requests, keys of the intents every alternative promises) of the
+        # `FirstOf` launches under way, innermost last
+        self._alternatives: list[tuple[tuple[Resources, ...], frozenset[Hashable]]] = []
 
     @property
     def clock(self) -> Clock:
@@ -159,6 +178,22 @@ class PlanningBackend(Backend):
         finally:
             self._sources.pop()
 
+    @contextlib.contextmanager
+    def alternatives(
+        self, fallbacks: Sequence[Resources], common: AbstractSet[Hashable]
+    ) -> Iterator[None]:
+        """The task recorded inside may run with `fallbacks` instead of its own request (a
+        `FirstOf`); of the intents promised for it, those keyed in `common` (promised by
+        every alternative) are requirements, the others preferences (weight
+        `FALLBACK_WEIGHT`: they hold only while it runs with its preferred request)."""
+        with self._lock:
+            self._alternatives.append((tuple(fallbacks), frozenset(common)))
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._alternatives.pop()
+
     def annotate(
         self,
         ref: TaskRef,
@@ -166,9 +201,11 @@ class PlanningBackend(Backend):
         source: str | None = None,
         creates: Mapping[str, float] | None = None,
         resources: Resources | None = None,
+        concurrent: bool | None = None,
     ) -> None:
-        """Say more about a recorded task: who launched it, what it creates on its node, or
-        the request the plan gives it (when the run's own request would pin it)."""
+        """Say more about a recorded task: who launched it, what it creates on its node,
+        the request the plan gives it (when the run's own request would pin it), or that it
+        waits its turn (`concurrent` False: a queue's task only has to fit when it starts)."""
         with self._lock:
             launch = self._by_ref.get(ref.id)
             if launch is None:
@@ -180,6 +217,8 @@ class PlanningBackend(Backend):
                     launch.creates[label] = max(capacity, launch.creates.get(label, 0.0))
             if resources is not None:
                 launch.resources = resources
+            if concurrent is not None:
+                launch.concurrent = concurrent
 
     def promise(self, key: Hashable, build: IntentBuilder, ref: TaskRef) -> None:
         """`ref`'s task is under the intent `key`: tasks promised under one key share one
@@ -188,6 +227,8 @@ class PlanningBackend(Backend):
             launch = self._by_ref.get(ref.id)
             if launch is None:
                 return
+            if self._alternatives and key not in self._alternatives[-1][1]:
+                key, build = ("preferred", key), _preferred(build)
             entry = self._promises.get(key)
             if entry is None:
                 entry = self._promises[key] = _Promise(build)
@@ -219,23 +260,64 @@ class PlanningBackend(Backend):
             for (label, spec), (capacity, source) in self._resources.items():
                 plan.add_resource(label, capacity, spec, source=source)
             kept = [launch for launch in self._launches if not launch.cancelled]
+            replica_of = self._replicas(kept)
+            counts: dict[str, int] = {}
             for launch in kept:
+                task = replica_of[launch.name]
+                counts[task] = counts.get(task, 0) + 1
+            for launch in kept:
+                if replica_of[launch.name] != launch.name:
+                    continue
                 plan.add_task(
                     launch.name,
                     launch.resources,
+                    count=counts[launch.name],
                     creates=dict(sorted(launch.creates.items())) or None,
                     source=launch.source,
+                    fallbacks=launch.fallbacks,
+                    concurrent=launch.concurrent,
                 )
-            present = {launch.name for launch in kept}
             for key, domains in self._topologies.items():
                 plan.add_topology(key, domains)
             for entry in self._promises.values():
-                names = tuple(n for n in entry.names if n in present)
+                names = tuple(dict.fromkeys(replica_of[n] for n in entry.names if n in replica_of))
                 if names:
                     plan.add_intent(entry.build(names))
         for intent in separate_groups(plan):
             plan.add_intent(intent)
         return plan
+
+    def _replicas(self, kept: list[_Launch]) -> dict[str, str]:
+        """Planned name -> the task it is a replica of: launches of one name that are alike
+        (request, fallbacks, creations, source, and the same promises) are one task with a
+        count, named as the first of them (``web`` x6, not ``web``, ``web-2``, ...)."""
+        under: dict[str, list[Hashable]] = {}
+        for key, entry in self._promises.items():
+            for name in entry.names:
+                under.setdefault(name, []).append(key)
+        first: dict[Hashable, str] = {}
+        out: dict[str, str] = {}
+        for launch in kept:
+            alike = (
+                launch.base,
+                launch.resources,
+                launch.fallbacks,
+                tuple(sorted(launch.creates.items())),
+                launch.source,
+                launch.concurrent,
+                tuple(under.get(launch.name, ())),
+            )
+            try:
+                out[launch.name] = first.setdefault(alike, launch.name)
+            except TypeError:  # an unhashable promise key: kept on its own
+                out[launch.name] = launch.name
+        return out
+
+    def replica_names(self) -> dict[str, str]:
+        """Each launch's own name (``web``, ``web-2``, ... in launch order) -> the planned
+        task it is a replica of."""
+        with self._lock:
+            return self._replicas([x for x in self._launches if not x.cancelled])
 
     # --- ephemeral resources ------------------------------------------------------------
     def _set_resource(self, label: str, capacity: float, spec: NodeSpec) -> Sequence[str]:
@@ -315,12 +397,19 @@ class PlanningBackend(Backend):
                 name = f"{spec.name}-{number}"
                 self._suffixes[spec.name] = number + 1
             self._names.add(name)
-            launch = _Launch(name, spec.resources, f"launch({spec.name!r})")
+            launch = _Launch(name, spec.resources, f"launch({spec.name!r})", base=spec.name)
+            if self._alternatives:
+                launch.fallbacks = self._alternatives[-1][0]
             self._launches.append(launch)
             self._by_ref[ref.id] = launch
         return ref
 
     def _launch(self, spec: TaskSpec) -> TaskRef:
+        return self._record(spec)
+
+    def record(self, spec: TaskSpec) -> TaskRef:
+        """Record `spec` as a launch (its request as it is; no check against the cluster):
+        how a plan of tasks already launched elsewhere is built (`escher.esl.plan_tasks`)."""
         return self._record(spec)
 
     def _launch_gang(self, specs: list[TaskSpec]) -> list[TaskRef]:

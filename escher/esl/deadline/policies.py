@@ -41,6 +41,7 @@ from escher.core.resources import EPSILON, Resources, fits, validate_quantity
 from escher.core.task import TaskRef
 from escher.esl._constraint import Constraint, build_spec, split_options
 from escher.esl._esl import ESL, node_ids
+from escher.esl._planning import plan_warning, planning_backend
 from escher.esl.deadline.check import Busy, DeadlineCheck, check_deadlines
 from escher.esl.deadline.jobs import DeadlineJob
 
@@ -189,8 +190,34 @@ class _DeadlineESL(ESL):
         handle._launch = launch
         with self._lock:
             self.jobs.append(handle)
+        if planning_backend(self.backend) is not None:
+            self._plan(job, fn, args, kwargs, options)
         self._request_cycle()
         return handle
+
+    def _plan(
+        self,
+        job: DeadlineJob,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        options: dict[str, Any],
+    ) -> None:
+        """In a planning run, record `job` as a task that waits its turn and may run with
+        any option's request (its cycles never run while planning)."""
+        planning = planning_backend(self.backend)
+        assert planning is not None
+        requests = [Resources.of(o.resources) for o in job.options]
+        spec = build_spec(fn, args, kwargs, Constraint(), requests[0], job.name, **options)
+        with planning.alternatives(requests[1:], frozenset()):
+            ref = planning.record(spec)
+        planning.annotate(ref, source=f"{self.source}.submit", concurrent=False)
+        plan_warning(
+            self.backend,
+            f"{self.source}: each job is planned with its options' requests as alternatives; "
+            "their node labels and the deadlines are checked by escher.esl.check_deadlines, "
+            "not by the plan.",
+        )
 
     def _ended(self, label: str) -> None:
         if not self._closed:

@@ -32,6 +32,7 @@ from escher.core.task import TaskRef, TaskSpec
 from escher.esl._constraint import Constraint, build_spec, split_options
 from escher.esl._contribution import Contribution, LabelNote
 from escher.esl._esl import ESL, node_ids
+from escher.esl._planning import mark_queued
 from escher.esl.queueing.orderings import Ordering, ordering_of
 from escher.esl.queueing.planner import QueuedTask, plan_quotas
 from escher.esl.queueing.vectors import Vector
@@ -195,6 +196,7 @@ class QueueingPolicy(ESL):
         )
         with self._lock:
             ref = self.backend.launch(spec)
+            mark_queued(self.backend, ref, f"{self.source}.user({user!r})", request)
             task.ref = ref
             for r, q in managed.items():
                 self._smallest[r] = min(q, self._smallest.get(r, q))

@@ -1,0 +1,71 @@
+"""Launch by the proof (`escher.esl.follow`): a run follows the verified witness."""
+
+from __future__ import annotations
+
+import pytest
+
+from escher import esl
+from escher.core.cluster import ClusterState, Node
+from escher.core.errors import ValidationError
+from escher.core.plan import Plan
+from escher.core.resources import Resources
+from escher.verify import Verdict
+from tests.support.planning import hold, plan_and_run
+
+
+def sized(*cpus: float) -> ClusterState:
+    nodes = {}
+    for i, c in enumerate(cpus):
+        total = Resources({"CPU": c})
+        nodes[f"n{i}"] = Node(f"n{i}", total, total, {})
+    return ClusterState(nodes)
+
+
+def small_then_big() -> None:
+    """First fit puts the small group on the big node and strands the big group."""
+    colo = esl.CoLocation(name="colo")
+    small = colo.group("small", 2, {"CPU": 1})
+    big = colo.group("big", 4, {"CPU": 1})
+    for group, size in ((small, 2), (big, 4)):
+        for _ in range(size):
+            group.launch(hold)
+
+
+def three_sizes_shared_policy() -> None:
+    """One anti-affinity shared by groups of three sizes (the groups never share a node)."""
+    aa = esl.AntiAffinity(per_node=4, name="aa")
+    colo = esl.CoLocation(name="mixed")
+    groups = [colo.group(f"g{s}", s, {"CPU": 1}, policy=aa) for s in (1, 2, 3)]
+    for group, size in zip(groups, (1, 2, 3), strict=True):
+        for _ in range(size):
+            group.launch(hold)
+
+
+@pytest.mark.parametrize(
+    ("app", "state"),
+    [
+        (small_then_big, sized(4, 2)),
+        (small_then_big, sized(2, 4)),
+        (three_sizes_shared_policy, sized(3, 1, 2)),
+        (three_sizes_shared_policy, sized(2, 3, 1)),
+    ],
+)
+def test_a_run_that_follows_the_witness_places_every_task(app: object, state: ClusterState) -> None:
+    outcome = plan_and_run(app, state)  # type: ignore[arg-type]
+    assert outcome.result.status is Verdict.FEASIBLE, outcome.result.render()
+    assert outcome.all_placed, (outcome.placement, outcome.result.witness)
+    assert outcome.violations() == []
+
+
+def test_without_the_witness_first_fit_strands_the_big_group() -> None:
+    """The gap `follow` closes: the same plan, proven feasible, run first fit."""
+    outcome = plan_and_run(small_then_big, sized(4, 2), settle=1.0, follow=False)
+    assert outcome.result.status is Verdict.FEASIBLE
+    assert not outcome.all_placed
+
+
+def test_follow_needs_a_witness() -> None:
+    with pytest.raises(ValidationError, match="FEASIBLE"), esl.follow(Plan(), None):
+        pass
+    with esl.follow(Plan(), {}) as guide:
+        assert guide.groups == {}
