@@ -218,19 +218,6 @@ def _active(backend: Backend) -> Iterator[None]:
             current.close()
 
 
-@contextlib.contextmanager
-def _active(backend: Backend) -> Iterator[None]:
-    """Make `backend` the active backend inside the block, then restore the one before (as
-    `escher.use_backend`; a backend the app made active itself is closed at the end)."""
-    previous = swap_active_backend(backend)
-    try:
-        yield
-    finally:
-        current = swap_active_backend(previous)
-        if current is not None and current is not backend and current is not previous:
-            current.close()
-
-
 def _user_frames(exc: BaseException) -> list[traceback.FrameSummary]:
     frames = traceback.extract_tb(exc.__traceback__)
     package = str(Path(__file__).resolve().parents[1])
