@@ -99,7 +99,8 @@ class Binds:
     namespace: str
     expected: int
     bound: dict[str, str] = field(default_factory=dict)
-    labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: pod -> its task's name ("aa-<i>": pod i of the run, in group i % groups).
+    task: dict[str, str] = field(default_factory=dict)
     last: float = 0.0
     done: threading.Event = field(default_factory=threading.Event)
 
@@ -128,7 +129,8 @@ class Binds:
                     name, node = pod.metadata.name, pod.spec.node_name
                     if node and name not in self.bound:
                         self.bound[name] = node
-                        self.labels[name] = dict(pod.metadata.labels or {})
+                        notes = pod.metadata.annotations or {}
+                        self.task[name] = notes.get("escher.io/task-name", name)
                         self.last = time.perf_counter()
                         if len(self.bound) >= self.expected:
                             self.done.set()
@@ -137,11 +139,11 @@ class Binds:
                 time.sleep(0.05)
 
 
-def violations(group_of: dict[str, str], bound: dict[str, str]) -> int:
-    """Pods sharing a node with another pod of their group."""
-    seen: dict[tuple[str, str], int] = {}
-    for pod, node in bound.items():
-        key = (node, group_of.get(pod, "?"))
+def violations(binds: Binds, groups: int) -> int:
+    """Pods sharing a node with another pod of their group (pod i is in group i % groups)."""
+    seen: dict[tuple[str, int], int] = {}
+    for pod, node in binds.bound.items():
+        key = (node, int(binds.task[pod].rsplit("-", 1)[1]) % groups)
         seen[key] = seen.get(key, 0) + 1
     return sum(n - 1 for n in seen.values() if n > 1)
 
@@ -180,10 +182,11 @@ def native(cp: ControlPlane, work: dict[str, int], groups: int) -> dict[str, Any
         term["labelSelector"] = {"matchLabels": {"color": color}}
         term["namespaces"] = [namespace]
         pod["spec"]["nodeSelector"] = {"bench": "sched-perf"}
-        api.create_namespaced_pod(namespace, pod, _preload_content=False).release_conn()
+        response = api.create_namespaced_pod(namespace, pod, _preload_content=False)
+        response.read()  # the whole body, so the connection can be reused
+        response.release_conn()
     ok = binds.done.wait(900)
-    group_of = {p: lab.get("color", "?") for p, lab in binds.labels.items()}
-    result = _result(0.0, binds, t0, ok, violations(group_of, binds.bound))
+    result = _result(0.0, binds, t0, ok, violations(binds, groups))
     drain(cp, namespace)
     return result
 
@@ -200,7 +203,6 @@ def escher(cp: ControlPlane, work: dict[str, int], groups: int, way: str) -> dic
         node_selector={"bench": "sched-perf"},
     )
     policies: list[AntiAffinity] = []
-    task_group: dict[str, str] = {}
     try:
         t0 = time.perf_counter()
         names = [f"g{j}" for j in range(groups)]
@@ -211,6 +213,7 @@ def escher(cp: ControlPlane, work: dict[str, int], groups: int, way: str) -> dic
             one = AntiAffinity(backend, per_node=1, groups=names, name="all")
             policies = [one]
             launchers = [one.group(g) for g in names]
+        backend.flush_writes()  # setup ends once the labels are on the nodes
         setup = time.perf_counter() - t0
         for i in range(total):
             j = i % groups
@@ -218,14 +221,9 @@ def escher(cp: ControlPlane, work: dict[str, int], groups: int, way: str) -> dic
                 None, image="k8s.gcr.io/pause:3.2", command=["/pause"], name=f"aa-{i}",
                 resources=REQUEST,
             )  # fmt: skip
-            ref = launchers[j].launch_spec(spec)
-            task_group[ref.id] = names[j]
+            launchers[j].launch_spec(spec)
         ok = binds.done.wait(900)
-        group_of = {
-            pod: task_group.get(lab.get("escher.io/task", ""), "?")
-            for pod, lab in binds.labels.items()
-        }
-        result = _result(setup, binds, t0, ok, violations(group_of, binds.bound))
+        result = _result(setup, binds, t0, ok, violations(binds, groups))
         result["node_writes"] = backend.node_writes
         drain(cp, namespace)
         for policy in policies:

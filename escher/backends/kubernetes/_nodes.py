@@ -142,6 +142,7 @@ class NodeStore:
         self._node_locks: dict[str, threading.Lock] = {}
         self._pool: ThreadPoolExecutor | None = None
         self._all_namespaces = True
+        self._listed_at = -float("inf")  # monotonic time of the last complete LIST
         #: Write conflicts met (and retried), for tests and monitoring.
         self.conflicts = 0
 
@@ -188,6 +189,7 @@ class NodeStore:
             raise as_escher(exc, "listing nodes") from None
         records = [NodeRecord.parse(item) for item in items]
         with self._lock:
+            self._listed_at = time.monotonic()
             names = {rec.name for rec in records}
             for stale in set(self._records) - names:
                 del self._records[stale]
@@ -325,10 +327,16 @@ class NodeStore:
             raise self.unknown(node)
         patch_ops(rec, capacities, self._names, self._owner)
 
-    def records_state(self, now: float) -> ClusterState:
-        """The eligible nodes from one LIST, without the pods (selection by labels or
-        liveness needs no usage)."""
-        return build_state(self.list_records(), Usage(), self._names, now)
+    def records_state(self, now: float, max_age: float = 0.0) -> ClusterState:
+        """The eligible nodes without the pods (selection by labels or liveness needs no
+        usage): from a LIST, or from the store's view if its last LIST is at most
+        `max_age` seconds old (so a burst of calls shares one LIST)."""
+        with self._lock:
+            recent = time.monotonic() - self._listed_at <= max_age
+            records = [r for r in self._records.values() if r.matches(self.node_selector)]
+        if not recent:
+            records = self.list_records()
+        return build_state(records, Usage(), self._names, now)
 
     def _executor(self) -> ThreadPoolExecutor:
         with self._lock:

@@ -114,7 +114,8 @@ class KubernetesBackend(Backend):
         write_window: Label writes are coalesced: `set_resource(s)` queues its change and
             returns; queued changes to a node become one patch, written before the next
             launch or read of this backend, or once no call added to them for this many
-            seconds. 0 writes each call before it returns.
+            seconds (at most 20 times that after the first). 0 writes each call before it
+            returns.
         scheduling_gates: Whether the server has pod scheduling gates: None asks it
             (its OpenAPI document, once); True uses gated gangs anyway (on a server that
             drops the gate, members are bound as they come and still run only once all
@@ -214,7 +215,7 @@ class KubernetesBackend(Backend):
         self._writes = WriteCoalescer(
             self._nodes.write_batch,
             window=write_window,
-            max_delay=10 * write_window,
+            max_delay=20 * write_window,
             name="escher-k8s-coalesce",
         )
         self._pods = PodLifecycle(
@@ -287,10 +288,11 @@ class KubernetesBackend(Backend):
 
     def _selection(self, spec: NodeSpec) -> ClusterState:
         """The state a selector is evaluated on. Selecting by node labels or liveness (an
-        empty vector) needs neither the pods nor the queued writes: one LIST of nodes. A
-        vector that names a label with a queued change sees it written first."""
+        empty vector) needs neither the pods nor the queued writes: the node list, read at
+        most `write_window` ago (the calls of a burst share one LIST). A vector that names
+        a label with a queued change sees it written first."""
         if spec.labels is not None or (spec.having is not None and not spec.having):
-            return self._nodes.records_state(self._clock.now())
+            return self._nodes.records_state(self._clock.now(), self._writes.window)
         assert spec.having is not None
         if set(spec.having) & self._writes.pending_labels():
             self._writes.flush()
