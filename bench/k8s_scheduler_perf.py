@@ -213,13 +213,14 @@ def escher(cp: ControlPlane, work: dict[str, int], groups: int, way: str) -> dic
             one = AntiAffinity(backend, per_node=1, groups=names, name="all")
             policies = [one]
             launchers = [one.group(g) for g in names]
+        requests = [launcher.constraint().resources for launcher in launchers]
         backend.flush_writes()  # setup ends once the labels are on the nodes
         setup = time.perf_counter() - t0
         for i in range(total):
             j = i % groups
             spec = TaskSpec(
                 None, image="k8s.gcr.io/pause:3.2", command=["/pause"], name=f"aa-{i}",
-                resources=REQUEST,
+                resources=REQUEST + requests[j],
             )  # fmt: skip
             launchers[j].launch_spec(spec)
         ok = binds.done.wait(900)
