@@ -19,6 +19,7 @@ import copy
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -35,8 +36,8 @@ class _NodeBatch:
     """The changes queued for one node, and who asked for them."""
 
     capacities: dict[str, float] = field(default_factory=dict)
-    #: Thread id -> the labels that thread's calls put in this batch.
-    callers: dict[int, set[str]] = field(default_factory=dict)
+    #: Calling thread -> the labels its calls put in this batch.
+    callers: dict[threading.Thread, set[str]] = field(default_factory=dict)
     calls: int = 0
 
 
@@ -69,7 +70,10 @@ class WriteCoalescer:
         self._flush_lock = threading.Lock()
         self._pending: dict[str, _NodeBatch] = {}
         self._first = self._last = 0.0
-        self._owed: dict[int, list[EscherError]] = {}
+        #: Errors owed to threads (forgotten with a thread that ended; they were logged).
+        self._owed: weakref.WeakKeyDictionary[threading.Thread, list[EscherError]] = (
+            weakref.WeakKeyDictionary()
+        )
         self._thread: threading.Thread | None = None
         self._closed = False
         #: Calls queued and node writes sent, for tests and monitoring.
@@ -95,7 +99,7 @@ class WriteCoalescer:
             if first is not None:
                 raise first
             return
-        me = threading.get_ident()
+        me = threading.current_thread()
         with self._lock:
             now = time.monotonic()
             if not self._pending:
@@ -133,7 +137,7 @@ class WriteCoalescer:
         if not self._owed:
             return
         with self._lock:
-            owed = self._owed.pop(threading.get_ident(), [])
+            owed = self._owed.pop(threading.current_thread(), [])
         if owed:
             first = owed[0]
             if len(owed) > 1:
@@ -204,8 +208,9 @@ class WriteCoalescer:
             self.raise_owed()
         finally:
             with self._lock:
-                lost, self._owed = self._owed, {}
-            for errors in lost.values():
+                lost = list(self._owed.values())
+            self._owed.clear()
+            for errors in lost:
                 for error in errors:
                     log.error("%s", error)
 
