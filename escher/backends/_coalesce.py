@@ -209,7 +209,7 @@ class WriteCoalescer:
         finally:
             with self._lock:
                 lost = list(self._owed.values())
-            self._owed.clear()
+                self._owed.clear()
             for errors in lost:
                 for error in errors:
                     log.error("%s", error)
