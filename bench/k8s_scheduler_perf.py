@@ -11,8 +11,10 @@ between the pods of each of `groups` groups, written three ways in alternating r
   page writes it;
 * ``escher-groups``: one `AntiAffinity(groups=[...])` for all groups.
 
-End to end = policy setup + every pod (init and measured) bound. Each round prints setup,
-bind and end-to-end times and the ratio to that round's native; the summary gives medians.
+End to end = policy setup (until the labels are on the nodes) + every pod (init and measured)
+bound. Each round prints setup, bind and end-to-end times and the ratio to that round's
+native, the CPU seconds of the client and the control plane (etcd, kube-apiserver,
+kube-scheduler) with its ratio, and the node writes escher sent; the summary gives medians.
 Every placement is checked (no two pods of a group on a node).
 
 Targets: end to end <= 1.0x native both ways; per-group within 10% of groups (setup and

@@ -213,3 +213,29 @@ def test_a_queued_shrink_is_in_force_before_the_next_launch(k8s_cluster: Any) ->
     finally:
         backend.set_resource(label, 0, NODE)
         backend.close()
+
+
+def test_ten_one_group_policies_cost_the_writes_of_one_ten_group_policy(k8s_cluster: Any) -> None:
+    from escher.esl import AntiAffinity
+
+    writes = {}
+    for form in ("per-group", "groups"):
+        backend = k8s_cluster.backend("extra", write_window=5.0)
+        try:
+            if form == "per-group":
+                policies = [AntiAffinity(backend, name=f"pg{i}") for i in range(10)]
+            else:
+                policies = [AntiAffinity(backend, groups=[f"g{i}" for i in range(10)], name="all")]
+            state = backend.get_cluster_state()
+            writes[form] = backend.node_writes
+            labels = [label for p in policies for label in p.ledger()]
+            for node in (NODE, OTHER):
+                assert all(state.node(node).total[label] == 1 for label in labels)
+            for policy in policies:
+                policy.close()
+            assert not any(
+                label in backend.get_cluster_state().node(NODE).total for label in labels
+            )
+        finally:
+            backend.close()
+    assert writes == {"per-group": 2, "groups": 2}  # one patch per node, either way
