@@ -152,11 +152,18 @@ def violations(binds: Binds, groups: int) -> int:
 
 
 def drain(cp: ControlPlane, namespace: str) -> None:
+    """Delete the run's pods and wait until they are gone (an overloaded server may time
+    out a collection delete that still goes on: ask again)."""
     api = cp.core_v1()
-    api.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
-    deadline = time.monotonic() + 120
-    while api.list_namespaced_pod(namespace, limit=1).items and time.monotonic() < deadline:
-        time.sleep(0.2)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        try:
+            api.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+            if not api.list_namespaced_pod(namespace, limit=1).items:
+                return
+        except Exception as exc:  # 504 from a busy server: the deletion goes on
+            print(f"  (drain {namespace}: {str(exc).splitlines()[0]}; again)", flush=True)
+        time.sleep(0.5)
 
 
 def cpu_seconds(cp: ControlPlane) -> float:
