@@ -151,6 +151,25 @@ def violations(binds: Binds, groups: int) -> int:
     return sum(n - 1 for n in seen.values() if n > 1)
 
 
+def create(api: Any, namespace: str, pod: dict[str, Any]) -> None:
+    """Create a pod, again after a busy server's timeout (409: the first one landed)."""
+    from kubernetes.client.exceptions import ApiException
+
+    for attempt in range(10):
+        try:
+            response = api.create_namespaced_pod(namespace, pod, _preload_content=False)
+            response.read()  # the whole body, so the connection can be reused
+            response.release_conn()
+            return
+        except ApiException as exc:
+            if exc.status == 409 and attempt:
+                return
+            if exc.status not in (429, 500, 503, 504):
+                raise
+        time.sleep(0.5)
+    raise RuntimeError(f"could not create pod {pod['metadata']['name']}")
+
+
 def drain(cp: ControlPlane, namespace: str) -> None:
     """Delete the run's pods and wait until they are gone (an overloaded server may time
     out a collection delete that still goes on: ask again)."""
@@ -207,9 +226,7 @@ def native(cp: ControlPlane, work: dict[str, int], groups: int) -> dict[str, Any
         term["labelSelector"] = {"matchLabels": {"color": color}}
         term["namespaces"] = [namespace]
         pod["spec"]["nodeSelector"] = {"bench": "sched-perf"}
-        response = api.create_namespaced_pod(namespace, pod, _preload_content=False)
-        response.read()  # the whole body, so the connection can be reused
-        response.release_conn()
+        create(api, namespace, pod)
     ok = binds.done.wait(900)
     result = _result(0.0, binds, t0, ok, violations(binds, groups))
     result["cpu"] = cpu_seconds(cp) - cpu0
