@@ -4,6 +4,7 @@ Third-party backends register through the entry-point group ``escher.backends``
 (``name = "package.module:Class"``) or `register_backend`.
 """
 
+from escher.backends._coalesce import BatchWriter, WriteCoalescer
 from escher.backends._options import accepted_options, check_options, checked_options
 from escher.backends._registry import (
     ALIASES,
@@ -25,9 +26,11 @@ __all__ = [
     "DISTRIBUTION",
     "Backend",
     "BackendEntry",
+    "BatchWriter",
     "Capability",
     "GarbageReport",
     "PendingTask",
+    "WriteCoalescer",
     "accepted_options",
     "availability",
     "canonical_name",

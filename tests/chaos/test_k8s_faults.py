@@ -126,6 +126,7 @@ class Load:
             assert ref.state is TaskState.FINISHED and ref.retries == 0
             assert (self.tmp / key).read_text() == "ran\n"  # its body ran exactly once
             assert executed(cluster, f"chaos-{self.tag}-{key}") == 1  # one pod, never two
+        self.backend.flush_writes()  # the loop's last calls may still be queued
         for node, caps in self.written.items():  # the last write of each node is there
             capacity, allocatable = node_status(cluster, node)
             for label, value in caps.items():

@@ -142,6 +142,7 @@ class NodeStore:
         self._node_locks: dict[str, threading.Lock] = {}
         self._pool: ThreadPoolExecutor | None = None
         self._all_namespaces = True
+        self._listed_at = -float("inf")  # monotonic time of the last complete LIST
         #: Write conflicts met (and retried), for tests and monitoring.
         self.conflicts = 0
 
@@ -188,6 +189,7 @@ class NodeStore:
             raise as_escher(exc, "listing nodes") from None
         records = [NodeRecord.parse(item) for item in items]
         with self._lock:
+            self._listed_at = time.monotonic()
             names = {rec.name for rec in records}
             for stale in set(self._records) - names:
                 del self._records[stale]
@@ -289,16 +291,52 @@ class NodeStore:
         Each node gets one patch (all labels or none); all nodes are attempted, and the
         first failure (in node order) is raised once every write ended.
         """
-        if len(nodes) <= 1:
-            for node in nodes:
-                self.write(node, capacities)
-            return
-        pool = self._executor()
-        futures: list[Future[None]] = [pool.submit(self.write, node, capacities) for node in nodes]
-        errors = [f.exception() for f in futures]
-        first = next((e for e in errors if e is not None), None)
+        errors = self.write_batch({node: dict(capacities) for node in nodes})
+        first = next((errors[node] for node in nodes if node in errors), None)
         if first is not None:
             raise first
+
+    def write_batch(self, batch: Mapping[str, Mapping[str, float]]) -> dict[str, BaseException]:
+        """Write each node of `batch` its own labels (one patch per node, nodes concurrently).
+
+        Returns:
+            The nodes whose write failed (nothing changed there), with the error.
+        """
+        if len(batch) <= 1:
+            errors: dict[str, BaseException] = {}
+            for node, capacities in batch.items():
+                try:
+                    self.write(node, capacities)
+                except Exception as exc:
+                    errors[node] = exc
+            return errors
+        pool = self._executor()
+        futures: dict[str, Future[None]] = {
+            node: pool.submit(self.write, node, capacities) for node, capacities in batch.items()
+        }
+        outcomes = {node: f.exception() for node, f in futures.items()}
+        return {node: exc for node, exc in outcomes.items() if exc is not None}
+
+    def check_writable(self, node: str, capacities: Mapping[str, float]) -> None:
+        """Raise before anything is queued if `node` is unknown or a label is not escher's.
+
+        Checked against what the store last saw of the node (the write checks again).
+        """
+        rec = self.record(node)
+        if rec is None:
+            raise self.unknown(node)
+        patch_ops(rec, capacities, self._names, self._owner)
+
+    def records_state(self, now: float, max_age: float = 0.0) -> ClusterState:
+        """The eligible nodes without the pods (selection by labels or liveness needs no
+        usage): from a LIST, or from the store's view if its last LIST is at most
+        `max_age` seconds old (so a burst of calls shares one LIST)."""
+        with self._lock:
+            recent = time.monotonic() - self._listed_at <= max_age
+            records = [r for r in self._records.values() if r.matches(self.node_selector)]
+        if not recent:
+            records = self.list_records()
+        return build_state(records, Usage(), self._names, now)
 
     def _executor(self) -> ThreadPoolExecutor:
         with self._lock:

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from escher.backends import checked_options
+from escher.backends import WriteCoalescer, checked_options
 from escher.backends.base import Backend, Capability, GarbageReport
 from escher.backends.kubernetes._gates import GateSupport, detect_gates
 from escher.backends.kubernetes._gc import collect_garbage
@@ -111,6 +111,11 @@ class KubernetesBackend(Backend):
             created; pods asking for the same labels are created in launch order).
         gang_timeout: Seconds a gang's members (`launch_gang`) may take to be bound
             together before the attempt is rolled back and tried again later.
+        write_window: Label writes are coalesced: `set_resource(s)` queues its change and
+            returns; queued changes to a node become one patch, written before the next
+            launch or read of this backend, or once no call added to them for this many
+            seconds (at most 20 times that after the first). 0 writes each call before it
+            returns.
         scheduling_gates: Whether the server has pod scheduling gates: None asks it
             (its OpenAPI document, once); True uses gated gangs anyway (on a server that
             drops the gate, members are bound as they come and still run only once all
@@ -146,6 +151,7 @@ class KubernetesBackend(Backend):
         creates_in_flight: int = 8,
         gang_timeout: float = 30.0,
         scheduling_gates: bool | None = None,
+        write_window: float = 0.05,
     ) -> None:
         self._names = Names(validate_domain(domain))
         _check_ranges(
@@ -157,6 +163,7 @@ class KubernetesBackend(Backend):
                 "renew_seconds": renew_seconds,
                 "api_patience": api_patience,
                 "gang_timeout": gang_timeout,
+                "write_window": write_window,
             },
         )
         if not all(image_pull_secrets):
@@ -205,6 +212,12 @@ class KubernetesBackend(Backend):
             conflict_retries=conflict_retries,
             patience=api_patience,
         )
+        self._writes = WriteCoalescer(
+            self._nodes.write_batch,
+            window=write_window,
+            max_delay=20 * write_window,
+            name="escher-k8s-coalesce",
+        )
         self._pods = PodLifecycle(
             self._api,
             self._names,
@@ -248,24 +261,55 @@ class KubernetesBackend(Backend):
         """Write conflicts met (and retried) by label writes, for tests and monitoring."""
         return self._nodes.conflicts
 
+    @property
+    def node_writes(self) -> int:
+        """Node writes sent for label changes (coalesced calls share one), for monitoring."""
+        return self._writes.node_writes
+
+    def flush_writes(self) -> None:
+        """Wait until every `set_resource(s)` call that returned has been written.
+
+        Raises:
+            EscherError: a queued write that carried this thread's calls failed (it
+                changed nothing on its node); the error names the labels and the node.
+        """
+        self._ensure_open()
+        self._writes.flush()
+
     # --- ephemeral resources ----------------------------------------------------------------
     def get_cluster_state(self) -> ClusterState:
         """Every eligible node: allocatable, and allocatable minus requests of bound pods."""
         self._ensure_open()
+        self._writes.flush()
         return self._nodes.state(self._clock.now())
 
     def _targets(self, spec: NodeSpec) -> list[str]:
-        return self._nodes.targets(spec, self.current_node_id(), self.get_cluster_state)
+        return self._nodes.targets(spec, self.current_node_id(), lambda: self._selection(spec))
+
+    def _selection(self, spec: NodeSpec) -> ClusterState:
+        """The state a selector is evaluated on. Selecting by node labels or liveness (an
+        empty vector) needs neither the pods nor the queued writes: the node list, read at
+        most `write_window` ago (the calls of a burst share one LIST). A vector that names
+        a label with a queued change sees it written first."""
+        if spec.labels is not None or (spec.having is not None and not spec.having):
+            return self._nodes.records_state(self._clock.now(), self._writes.window)
+        assert spec.having is not None
+        if set(spec.having) & self._writes.pending_labels():
+            self._writes.flush()
+        return self._nodes.state(self._clock.now())
 
     def _set_resource(self, label: str, capacity: float, spec: NodeSpec) -> list[str]:
         return self._set_resources({label: capacity}, spec)
 
     def _set_resources(self, capacities: dict[str, float], spec: NodeSpec) -> list[str]:
         self._ensure_open()
+        self._writes.raise_owed()
         targets = self._targets(spec)
         if targets:
+            for node in targets:  # bad input raises before anything is queued
+                self._nodes.check_writable(node, capacities)
             self._hold_lease()
-            self._nodes.write_many(targets, capacities)
+            self._writes.submit(targets, capacities)
         return targets
 
     def _hold_lease(self) -> None:
@@ -286,6 +330,7 @@ class KubernetesBackend(Backend):
             ref.set_exception(task_error(reason + ". Ask for less or add a larger node.", ref,
                                  UnschedulableError))  # fmt: skip
             return ref
+        self._writes.flush()
         self._hold_lease()
         self._pods.submit(ref)
         return ref
@@ -325,6 +370,7 @@ class KubernetesBackend(Backend):
                 ref.set_status(Status(StatusCode.INFEASIBLE, reason))
                 ref.set_exception(task_error(reason + "; no member ran.", ref, UnschedulableError))
             return refs
+        self._writes.flush()
         self._hold_lease()
         self._pods.submit_gang(refs, self.gang_timeout)
         return refs
@@ -355,6 +401,7 @@ class KubernetesBackend(Backend):
                 uses the cluster (the old, unconditional clean-up).
         """
         self._ensure_open()
+        self._writes.flush()
         return collect_garbage(
             self._api,
             self._names,
@@ -422,19 +469,27 @@ class KubernetesBackend(Backend):
 
     # --- lifecycle ----------------------------------------------------------------------------
     def close(self) -> None:
-        """Delete pods that have not started (their tasks are cancelled) and stop watching.
+        """Write the queued label changes, delete pods that have not started (their tasks
+        are cancelled) and stop watching.
 
         Pods already running keep running; their handles fail, since nobody watches them.
+
+        Raises:
+            EscherError: a queued write that carried this thread's calls failed (the
+                backend is closed all the same).
         """
         if self._closed:
             return
         self._closed = True
-        self._pods.close()
-        self._nodes.close()
-        if self._lease is not None:
-            self._lease.release()
-        self._clock.close()
-        self._api.close()
+        try:
+            self._writes.close()  # queued label writes land before the session ends
+        finally:
+            self._pods.close()
+            self._nodes.close()
+            if self._lease is not None:
+                self._lease.release()
+            self._clock.close()
+            self._api.close()
 
     def _ensure_open(self) -> None:
         if self._closed:

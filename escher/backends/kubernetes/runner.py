@@ -132,6 +132,7 @@ def _worker_backend() -> Any:
         node_name=os.environ.get("NODE_NAME") or None,
         service_account=os.environ.get("ESCHER_K8S_SERVICE_ACCOUNT") or None,
         session_id=os.environ.get("ESCHER_K8S_SESSION") or None,
+        write_window=0,  # a task's own writes land before its call returns (and its result)
     )
 
 

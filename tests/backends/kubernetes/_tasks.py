@@ -31,3 +31,10 @@ def set_own_label(label: str, capacity: int) -> str:
     """Create `label` on the task's own node (as the pod's ServiceAccount); return the node."""
     escher.set_resource(label, capacity)
     return escher.node_id()
+
+
+def span(seconds: float) -> tuple[str, float, float]:
+    """(node, start, end) of a run that sleeps `seconds` (wall-clock times of this machine)."""
+    start = time.time()
+    time.sleep(seconds)
+    return escher.node_id(), start, time.time()

@@ -1,0 +1,357 @@
+"""scheduler_perf `SchedulingPodAntiAffinity`, end to end: escher against native, same run.
+
+A harness in the style of Kubernetes' `test/integration/scheduler_perf`: a workload is a list
+of ops (create nodes, create the init pods, create the measured pods), run on a real
+kube-apiserver + kube-scheduler (no kubelet: pods are only bound). Required anti-affinity
+between the pods of each of `groups` groups, written three ways in alternating rounds:
+
+* ``native``: `podAntiAffinity` on each pod (the scheduler_perf template, one colour per
+  group), created from one client thread;
+* ``escher-per-group``: one `AntiAffinity(per_node=1)` per group, as a user who read the ESL
+  page writes it;
+* ``escher-groups``: one `AntiAffinity(groups=[...])` for all groups.
+
+End to end = policy setup (until the labels are on the nodes) + every pod (init and measured)
+bound. Each round prints setup, bind and end-to-end times and the ratio to that round's
+native, the CPU seconds of the client and the control plane (etcd, kube-apiserver,
+kube-scheduler) with its ratio, and the node writes escher sent; the summary gives medians.
+Every placement is checked (no two pods of a group on a node).
+
+Targets: end to end <= 1.0x native both ways; per-group within 10% of groups (setup and
+end to end).
+
+Usage:
+    python bench/k8s_scheduler_perf.py                       # 100 nodes, 200 + 800 pods
+    python bench/k8s_scheduler_perf.py --workload 1000Nodes  # opt-in: 1,000 nodes, 10,000 pods
+    python bench/k8s_scheduler_perf.py --rounds 5 --groups 10
+Needs scripts/provision-k8s.sh (binaries) and pip install 'escher-sched[k8s]'.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import statistics
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from escher.backends.kubernetes import KubernetesBackend  # noqa: E402
+from escher.core.resources import Resources  # noqa: E402
+from escher.core.task import TaskSpec  # noqa: E402
+from escher.esl import AntiAffinity  # noqa: E402
+from tests.support.k8s_control_plane import (  # noqa: E402
+    ControlPlane,
+    add_fake_node,
+    binaries_available,
+)
+
+#: scheduler_perf's workloads of this test case (performance-config.yaml style).
+WORKLOADS: dict[str, dict[str, int]] = {
+    "100Nodes": {"initNodes": 100, "initPods": 200, "measurePods": 800},
+    "1000Nodes": {"initNodes": 1000, "initPods": 2000, "measurePods": 8000},  # opt-in
+}
+#: config/node-default.yaml
+NODE_CAPACITY = {"pods": "110", "cpu": "4", "memory": "32Gi"}
+#: config/pod-with-pod-anti-affinity.yaml (the colour becomes the group).
+POD_TEMPLATE: dict[str, Any] = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"generateName": "anti-affinity-pod-", "labels": {"color": "green"}},
+    "spec": {
+        "affinity": {
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "labelSelector": {"matchLabels": {"color": "green"}},
+                        "topologyKey": "kubernetes.io/hostname",
+                    }
+                ]
+            }
+        },
+        "containers": [
+            {
+                "image": "k8s.gcr.io/pause:3.2",
+                "name": "pause",
+                "ports": [{"containerPort": 80}],
+                "resources": {
+                    "limits": {"cpu": "100m", "memory": "500Mi"},
+                    "requests": {"cpu": "100m", "memory": "500Mi"},
+                },
+            }
+        ],
+    },
+}
+REQUEST = Resources({"CPU": 0.1, "memory": 500 * 2**20})
+VARIANTS = ("native", "escher-per-group", "escher-groups")
+
+
+@dataclass
+class Binds:
+    """One watch on a namespace's pods: pod -> node as kube-scheduler binds them."""
+
+    api: Any
+    namespace: str
+    expected: int
+    bound: dict[str, str] = field(default_factory=dict)
+    #: pod -> its task's name ("aa-<i>": pod i of the run, in group i % groups).
+    task: dict[str, str] = field(default_factory=dict)
+    last: float = 0.0
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def start(self) -> Binds:
+        ready = threading.Event()
+        threading.Thread(target=self._run, args=(ready,), daemon=True).start()
+        ready.wait(30)
+        return self
+
+    def _run(self, ready: threading.Event) -> None:
+        from kubernetes import watch
+
+        version = self.api.list_namespaced_pod(self.namespace).metadata.resource_version
+        ready.set()
+        while not self.done.is_set():
+            try:
+                stream = watch.Watch().stream(
+                    self.api.list_namespaced_pod,
+                    self.namespace,
+                    resource_version=version,
+                    timeout_seconds=60,
+                )
+                for event in stream:
+                    pod = event["object"]
+                    version = pod.metadata.resource_version
+                    name, node = pod.metadata.name, pod.spec.node_name
+                    if node and name not in self.bound:
+                        self.bound[name] = node
+                        notes = pod.metadata.annotations or {}
+                        self.task[name] = notes.get("escher.io/task-name", name)
+                        self.last = time.perf_counter()
+                        if len(self.bound) >= self.expected:
+                            self.done.set()
+                            return
+            except Exception:  # the server ended the watch early: go on from there
+                time.sleep(0.05)
+
+
+def violations(binds: Binds, groups: int) -> int:
+    """Pods sharing a node with another pod of their group (pod i is in group i % groups)."""
+    seen: dict[tuple[str, int], int] = {}
+    for pod, node in binds.bound.items():
+        key = (node, int(binds.task[pod].rsplit("-", 1)[1]) % groups)
+        seen[key] = seen.get(key, 0) + 1
+    return sum(n - 1 for n in seen.values() if n > 1)
+
+
+def create(api: Any, namespace: str, pod: dict[str, Any]) -> None:
+    """Create a pod, again after a busy server's timeout (409: the first one landed)."""
+    from kubernetes.client.exceptions import ApiException
+
+    for attempt in range(10):
+        try:
+            response = api.create_namespaced_pod(namespace, pod, _preload_content=False)
+            response.read()  # the whole body, so the connection can be reused
+            response.release_conn()
+            return
+        except ApiException as exc:
+            if exc.status == 409 and attempt:
+                return
+            if exc.status not in (429, 500, 503, 504):
+                raise
+        time.sleep(0.5)
+    raise RuntimeError(f"could not create pod {pod['metadata']['name']}")
+
+
+def drain(cp: ControlPlane, namespace: str) -> None:
+    """Delete the run's pods and wait until they are gone (an overloaded server may time
+    out a collection delete that still goes on: ask again)."""
+    api = cp.core_v1()
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        try:
+            api.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+            if not api.list_namespaced_pod(namespace, limit=1).items:
+                return
+        except Exception as exc:  # 504 from a busy server: the deletion goes on
+            print(f"  (drain {namespace}: {str(exc).splitlines()[0]}; again)", flush=True)
+        time.sleep(0.5)
+
+
+def cpu_seconds(cp: ControlPlane) -> float:
+    """CPU time used so far by this client and the control plane (etcd, kube-apiserver,
+    kube-scheduler): a cost the other processes on a shared machine do not blur."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = time.process_time()
+    for proc in cp._procs.values():  # the plane's child processes
+        try:
+            fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick  # utime + stime
+    return total
+
+
+# --- ops ------------------------------------------------------------------------------------
+def create_nodes(cp: ControlPlane, count: int) -> None:
+    """createNodes with uniqueNodeLabelStrategy kubernetes.io/hostname."""
+    api = cp.core_v1()
+    for i in range(count):
+        name = f"sp-node-{i:05d}"
+        add_fake_node(api, name, NODE_CAPACITY, labels={"bench": "sched-perf"})
+
+
+def native(cp: ControlPlane, work: dict[str, int], groups: int) -> dict[str, Any]:
+    namespace = f"sp-native-{uuid.uuid4().hex[:6]}"
+    cp.create_namespace(namespace)
+    api = cp.core_v1()
+    total = work["initPods"] + work["measurePods"]
+    binds = Binds(api, namespace, total).start()
+    cpu0 = cpu_seconds(cp)
+    t0 = time.perf_counter()
+    for i in range(total):
+        pod = copy.deepcopy(POD_TEMPLATE)
+        color = f"g{i % groups}"
+        pod["metadata"] = {"name": f"aa-{i}", "labels": {"color": color}}
+        term = pod["spec"]["affinity"]["podAntiAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ][0]
+        term["labelSelector"] = {"matchLabels": {"color": color}}
+        term["namespaces"] = [namespace]
+        pod["spec"]["nodeSelector"] = {"bench": "sched-perf"}
+        create(api, namespace, pod)
+    ok = binds.done.wait(900)
+    result = _result(0.0, binds, t0, ok, violations(binds, groups))
+    result["cpu"] = cpu_seconds(cp) - cpu0
+    drain(cp, namespace)
+    return result
+
+
+def escher(cp: ControlPlane, work: dict[str, int], groups: int, way: str) -> dict[str, Any]:
+    namespace = f"sp-{way}-{uuid.uuid4().hex[:6]}"
+    cp.create_namespace(namespace)
+    api = cp.core_v1()
+    total = work["initPods"] + work["measurePods"]
+    binds = Binds(api, namespace, total).start()
+    backend = KubernetesBackend(
+        kubeconfig=str(cp.kubeconfig_path),
+        namespace=namespace,
+        node_selector={"bench": "sched-perf"},
+    )
+    policies: list[AntiAffinity] = []
+    try:
+        cpu0 = cpu_seconds(cp)
+        t0 = time.perf_counter()
+        names = [f"g{j}" for j in range(groups)]
+        if way == "escher-per-group":
+            policies = [AntiAffinity(backend, per_node=1, name=g) for g in names]
+            launchers: list[Any] = policies
+        else:
+            one = AntiAffinity(backend, per_node=1, groups=names, name="all")
+            policies = [one]
+            launchers = [one.group(g) for g in names]
+        requests = [launcher.constraint().resources for launcher in launchers]
+        backend.flush_writes()  # setup ends once the labels are on the nodes
+        setup = time.perf_counter() - t0
+        for i in range(total):
+            j = i % groups
+            spec = TaskSpec(
+                None, image="k8s.gcr.io/pause:3.2", command=["/pause"], name=f"aa-{i}",
+                resources=REQUEST + requests[j],
+            )  # fmt: skip
+            launchers[j].launch_spec(spec)
+        ok = binds.done.wait(900)
+        result = _result(setup, binds, t0, ok, violations(binds, groups))
+        result["cpu"] = cpu_seconds(cp) - cpu0
+        result["node_writes"] = backend.node_writes
+        drain(cp, namespace)
+        for policy in policies:
+            policy.close()
+    finally:
+        backend.close()
+    return result
+
+
+def _result(setup: float, binds: Binds, t0: float, ok: bool, bad: int) -> dict[str, Any]:
+    e2e = binds.last - t0
+    return {"setup": setup, "bind": e2e - setup, "e2e": e2e, "ok": ok, "violations": bad}
+
+
+# --- rounds -----------------------------------------------------------------------------------
+def run(cp: ControlPlane, workload: str, groups: int, rounds: int, pause: float) -> int:
+    work = WORKLOADS[workload]
+    create_nodes(cp, work["initNodes"])
+    print(
+        f"SchedulingPodAntiAffinity/{workload}: {work['initNodes']} nodes, {groups} groups, "
+        f"{work['initPods']} init + {work['measurePods']} measured pods; {rounds} rounds, "
+        "variants alternate (order rotates each round)"
+    )
+    print(f"{'round':>5} {'variant':18}{'setup s':>9}{'bind s':>9}{'e2e s':>9}{'vs native':>11}"
+          f"{'cpu s':>8}{'vs native':>11}{'writes':>8}{'violations':>12}")  # fmt: skip
+    results: dict[str, list[dict[str, Any]]] = {v: [] for v in VARIANTS}
+    failed = False
+    for r in range(rounds):
+        order = VARIANTS[r % 3 :] + VARIANTS[: r % 3]
+        this: dict[str, dict[str, Any]] = {}
+        for variant in order:
+            time.sleep(pause)
+            this[variant] = (
+                native(cp, work, groups)
+                if variant == "native"
+                else escher(cp, work, groups, variant)
+            )
+        base, base_cpu = this["native"]["e2e"], this["native"]["cpu"]
+        for variant in VARIANTS:
+            res = this[variant]
+            res["ratio"] = res["e2e"] / base
+            res["cpu_ratio"] = res["cpu"] / base_cpu
+            results[variant].append(res)
+            failed |= not res["ok"] or res["violations"] > 0
+            print(
+                f"{r + 1:>5} {variant:18}{res['setup']:9.2f}{res['bind']:9.2f}{res['e2e']:9.2f}"
+                f"{res['ratio']:10.2f}x{res['cpu']:8.1f}{res['cpu_ratio']:10.2f}x"
+                f"{res.get('node_writes', 0):>8}{res['violations']:>12}"
+                + ("" if res["ok"] else "  TIMED OUT")
+            )
+    keys = ("setup", "bind", "e2e", "ratio", "cpu", "cpu_ratio")
+    med = {v: {k: statistics.median(x[k] for x in results[v]) for k in keys} for v in VARIANTS}
+    print(f"\nmedian of {rounds} rounds")
+    for variant in VARIANTS:
+        m = med[variant]
+        print(f"      {variant:18}{m['setup']:9.2f}{m['bind']:9.2f}{m['e2e']:9.2f}"
+              f"{m['ratio']:10.2f}x{m['cpu']:8.1f}{m['cpu_ratio']:10.2f}x")  # fmt: skip
+    per, one = med["escher-per-group"], med["escher-groups"]
+    print(
+        f"\nend to end vs native (median ratio): per-group {per['ratio']:.2f}x, groups "
+        f"{one['ratio']:.2f}x (target <= 1.00x); CPU (client + control plane) per-group "
+        f"{per['cpu_ratio']:.2f}x, groups {one['cpu_ratio']:.2f}x\nper-group / groups: setup "
+        f"{per['setup'] / max(one['setup'], 1e-9):.2f}x, "
+        f"end to end {per['e2e'] / one['e2e']:.2f}x, "
+        f"CPU {per['cpu'] / one['cpu']:.2f}x (target <= 1.10x)"
+    )
+    return 1 if failed else 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="100Nodes")
+    parser.add_argument("--groups", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--pause", type=float, default=1.0, help="seconds between runs")
+    args = parser.parse_args()
+    if not binaries_available():
+        print("Kubernetes binaries missing: run scripts/provision-k8s.sh first.")
+        return 2
+    with ControlPlane() as cp:
+        return run(cp, args.workload, args.groups, args.rounds, args.pause)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

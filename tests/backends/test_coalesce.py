@@ -1,0 +1,133 @@
+"""`WriteCoalescer` on its own: merging, the barrier, call order, and owed errors.
+
+The writer here is a plain function that records batches (the real API server is exercised
+in tests/backends/kubernetes/test_coalescing.py).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from escher.backends import WriteCoalescer
+from escher.core.errors import BackendError, ConflictError
+
+
+class Recorder:
+    """Applies batches to a dict of nodes; fails the nodes in `failing`."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, dict[str, float]] = {}
+        self.batches: list[dict[str, dict[str, float]]] = []
+        self.failing: dict[str, BaseException] = {}
+        self.delay = 0.0
+        self.lock = threading.Lock()
+
+    def __call__(self, batch: dict[str, dict[str, float]]) -> Mapping[str, BaseException]:
+        time.sleep(self.delay)
+        with self.lock:
+            self.batches.append(batch)
+            for node, caps in batch.items():
+                if node in self.failing:
+                    continue
+                labels = self.nodes.setdefault(node, {})
+                for label, cap in caps.items():
+                    if cap > 0:
+                        labels[label] = cap
+                    else:
+                        labels.pop(label, None)
+            return {n: e for n, e in self.failing.items() if n in batch}
+
+
+def test_calls_merge_into_one_write_per_node_and_later_calls_win() -> None:
+    rec = Recorder()
+    writes = WriteCoalescer(rec, window=60)
+    for i in range(10):
+        writes.submit(["a", "b"], {f"g{i}": 1})
+    writes.submit(["a"], {"g3": 0, "g4": 5})
+    assert rec.batches == []  # nothing written yet: the window is long
+    writes.flush()
+    assert len(rec.batches) == 1 and writes.node_writes == 2 and writes.calls == 11
+    assert rec.nodes["a"] == {**{f"g{i}": 1 for i in range(10) if i != 3}, "g4": 5}
+    assert rec.nodes["b"] == {f"g{i}": 1 for i in range(10)}
+    writes.close()
+
+
+def test_the_background_thread_writes_after_the_window() -> None:
+    rec = Recorder()
+    writes = WriteCoalescer(rec, window=0.02)
+    writes.submit(["a"], {"x": 1})
+    deadline = time.monotonic() + 10
+    while not rec.batches and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert rec.nodes == {"a": {"x": 1}}
+    writes.close()
+
+
+def test_window_zero_writes_before_returning_and_raises_there() -> None:
+    rec = Recorder()
+    writes = WriteCoalescer(rec, window=0)
+    writes.submit(["a"], {"x": 1})
+    assert rec.nodes == {"a": {"x": 1}}
+    rec.failing["a"] = ConflictError("kept changing")
+    with pytest.raises(ConflictError):
+        writes.submit(["a"], {"x": 2})
+    writes.close()
+
+
+def test_a_flush_waits_for_a_batch_being_written_by_another_thread() -> None:
+    rec = Recorder()
+    rec.delay = 0.2
+    writes = WriteCoalescer(rec, window=0.001)
+    writes.submit(["a"], {"x": 1})
+    time.sleep(0.05)  # the background thread is writing it now
+    writes.flush()
+    assert rec.nodes == {"a": {"x": 1}}
+    writes.close()
+
+
+def test_errors_are_owed_to_the_threads_whose_calls_the_write_carried() -> None:
+    rec = Recorder()
+    rec.failing["bad"] = ConflictError("node 'bad' kept changing")
+    writes = WriteCoalescer(rec, window=60)
+    one, two, three = (ThreadPoolExecutor(1) for _ in range(3))
+    one.submit(writes.submit, ["bad"], {"x": 1}).result()
+    two.submit(writes.submit, ["bad", "ok"], {"y": 1}).result()
+    three.submit(writes.submit, ["ok"], {"z": 1}).result()
+    writes.flush()  # this thread carried nothing
+    with pytest.raises(ConflictError, match=r"writing x on node 'bad'.*1 other call"):
+        one.submit(writes.flush).result()
+    with pytest.raises(ConflictError, match="writing y on node 'bad'"):
+        two.submit(writes.raise_owed).result()
+    three.submit(writes.flush).result()
+    one.submit(writes.flush).result()  # raised once
+    assert rec.nodes == {"ok": {"y": 1, "z": 1}}
+    for pool in (one, two, three):
+        pool.shutdown()
+    writes.close()
+
+
+def test_a_writer_that_breaks_fails_every_node_with_a_backend_error() -> None:
+    def broken(batch: dict[str, dict[str, float]]) -> Mapping[str, BaseException]:
+        raise RuntimeError("socket closed")
+
+    writes = WriteCoalescer(broken, window=60)
+    writes.submit(["a", "b"], {"x": 1})
+    with pytest.raises(BackendError, match="socket closed") as info:
+        writes.flush()
+    assert "1 more" in "".join(getattr(info.value, "__notes__", []))
+    writes.close()
+
+
+def test_close_writes_what_is_queued() -> None:
+    rec = Recorder()
+    writes = WriteCoalescer(rec, window=60)
+    writes.submit(["a"], {"x": 1})
+    writes.close()
+    assert rec.nodes == {"a": {"x": 1}}
+    writes.submit(["a"], {"x": 2})  # after close: written at once
+    assert rec.nodes == {"a": {"x": 2}}
