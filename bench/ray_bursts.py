@@ -14,7 +14,8 @@ Cells: burst sizes (default 1,000 and 10,000) x bodies (no-op and a 5 ms sleep).
 cell, each round runs the four kinds back to back, every other round in reverse order (no
 kind always follows the same other one); the first round only warms up. A ratio is escher's
 rate against raw Ray's of the same kind in the same round; a cell reports every round's ratio
-and their median.
+and their median. The processes started during the counted rounds are counted per kind
+(Ray starting worker processes mid-run costs seconds of CPU each: use `--warmup`).
 
 CPU per process class, per task above the class's idle burn (measured for 2 s before each
 cell), for each kind (median of the rounds), read from /proc for
@@ -114,7 +115,9 @@ def _class_of(pid: int) -> str:
 
 
 def cpu_by_class() -> dict[str, float]:
-    """CPU seconds so far of this driver and every descendant process, by class."""
+    """CPU seconds so far of this driver and every descendant process, by class (and under
+    "pids", the number of descendant processes ever seen so far: new ones show worker
+    processes Ray started during a burst, each of which costs seconds of CPU to start)."""
     me = os.getpid()
     parents: dict[int, int] = {}
     cpu: dict[int, float] = {}
@@ -131,7 +134,12 @@ def cpu_by_class() -> dict[str, float]:
             up, hops = parents.get(up, 0), hops + 1
         if up == me and pid != me:
             totals[_class_of(pid)] += seconds
+            _seen.add(pid)
+    totals["pids"] = float(len(_seen))
     return totals
+
+
+_seen: set[int] = set()  # descendant processes ever seen
 
 
 # --- the kinds ----------------------------------------------------------------------------
@@ -176,28 +184,30 @@ def idle_rates(seconds: float = 2.0) -> dict[str, float]:
     return {c: max(0.0, (after[c] - before[c]) / wall) for c in CLASSES}
 
 
-def run_cell(n: int, body: str, rounds: int, settle: float) -> dict[str, Any]:
-    """One cell: `rounds` counted rounds (after one warm-up) of the four kinds."""
+def run_cell(n: int, body: str, rounds: int, settle: float, warmup: int) -> dict[str, Any]:
+    """One cell: `rounds` counted rounds (after `warmup` rounds) of the four kinds."""
     runs = kinds(BODIES[body])
     idle = idle_rates()
     rates: dict[str, list[float]] = {k: [] for k in KINDS}
+    started: dict[str, int] = dict.fromkeys(KINDS, 0)
     cpu: dict[str, dict[str, list[float]]] = {k: {c: [] for c in CLASSES} for k in KINDS}
-    for i in range(rounds + 1):
+    for i in range(rounds + warmup):
         order = list(KINDS) if i % 2 == 0 else list(KINDS)[::-1]
         for kind in order:
             time.sleep(settle)  # the previous kind's trailing work, off the clock
             before = cpu_by_class()
             seconds = runs[kind](n)
             after = cpu_by_class()
-            if i == 0:
+            if i < warmup:
                 continue
+            started[kind] += int(after["pids"] - before["pids"])
             rates[kind].append(n / seconds)
             for c in CLASSES:
                 busy = after[c] - before[c] - idle[c] * seconds  # above Ray's idle burn
                 cpu[kind][c].append(busy / n * 1e6)  # us per task
-        if i:
+        if i >= warmup:
             print(
-                f"    round {i}: "
+                f"    round {i - warmup + 1}: "
                 + ", ".join(f"{k} {rates[k][-1]:.0f}/s" for k in KINDS)
                 + f"; plain {rates['escher plain'][-1] / rates['raw plain'][-1]:.2f}x"
                 + f", steered {rates['escher steered'][-1] / rates['raw steered'][-1]:.2f}x",
@@ -216,6 +226,7 @@ def run_cell(n: int, body: str, rounds: int, settle: float) -> dict[str, Any]:
         "ratios": ratios,
         "median": {k: statistics.median(v) for k, v in ratios.items()},
         "idle_cpu_per_s": idle,
+        "processes_started": started,
         "cpu_us_per_task": {
             k: {c: statistics.median(v) for c, v in by.items()} for k, by in cpu.items()
         },
@@ -234,6 +245,8 @@ def report(cell: dict[str, Any]) -> None:
     for kind in KINDS:
         row = cell["cpu_us_per_task"][kind]
         print(f"    {kind:46s}" + " | ".join(f"{row[c]:13.0f}" for c in CLASSES))
+    started = ", ".join(f"{k} {v}" for k, v in cell["processes_started"].items())
+    print(f"    processes started during counted rounds: {started}")
     print(flush=True)
 
 
@@ -242,6 +255,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000,10000", help="burst sizes, comma-separated")
     parser.add_argument("--bodies", default="noop,5ms", help=f"of {sorted(BODIES)}")
     parser.add_argument("--rounds", type=int, default=6, help="counted rounds per cell")
+    parser.add_argument("--warmup", type=int, default=1, help="rounds not counted per cell")
     parser.add_argument("--settle", type=float, default=0.3, help="seconds between kinds")
     parser.add_argument("--mode", default="resize", choices=["resize", "ledger"])
     parser.add_argument("--json", help="also write the results to this file")
@@ -270,7 +284,7 @@ def main() -> None:
         for body in bodies:
             for n in sizes:
                 print(f"  cell: {n} tasks, body {body}", flush=True)
-                cell = run_cell(n, body, args.rounds, args.settle)
+                cell = run_cell(n, body, args.rounds, args.settle, args.warmup)
                 report(cell)
                 cells.append(cell)
     finally:
