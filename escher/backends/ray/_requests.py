@@ -44,6 +44,11 @@ class RequestSplitter:
             self._splits, self._splits_app = {}, app
         known = self._splits.get(request)
         if known is None:
+            # a request not split yet: with the names a synchronous TTL refresh would see
+            # (an equal request later is served from its split, the view refreshed behind)
+            app = self._cache.app_names(stale_ok=False)
+            if app is not self._splits_app:
+                self._splits, self._splits_app = {}, app
             known = self._split(request, app)
             if len(self._splits) < 4096:
                 self._splits[request] = known

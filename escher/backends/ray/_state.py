@@ -171,7 +171,12 @@ def raylet_reachable(endpoint: tuple[str, int] | None, timeout: float = 0.5) -> 
 
 class NodeCache:
     """What rarely changes: each node's labels, node-defined resources and raylet endpoint
-    (TTL-refreshed); nodes known dead are left out."""
+    (TTL-refreshed); nodes known dead are left out.
+
+    Once read, a stale view is refreshed by a background thread while callers keep the
+    current one: a refresh costs a few GCS round trips (tens of ms under load), which the
+    launching thread must not pay. The first read, ``fresh=True`` and `refresh` read now.
+    """
 
     def __init__(self, prefix: str, ttl: float = 2.0, dead: DeadNodes | None = None) -> None:
         self._prefix = prefix
@@ -183,12 +188,16 @@ class NodeCache:
         self._physical: dict[str, Resources] = {}
         self._app: frozenset[str] = frozenset()
         self._at = -1e9
+        self._behind: threading.Thread | None = None  # the background refresh, while on
+        self._tried = -1e9  # when the last background refresh started
         self.generation = 0  # bumped by every refresh: derived caches compare it
 
     def physical(self, *, fresh: bool = False) -> dict[str, Resources]:
         """Alive node -> its node-defined resources (no ephemeral ones, no node: markers)."""
-        if fresh or time.monotonic() - self._at > self._ttl:
+        if fresh or self.generation == 0:
             self.refresh()
+        elif time.monotonic() - self._at > self._ttl:
+            self._refresh_behind()
         dead = self.dead.snapshot()
         if dead:
             return {n: r for n, r in self._physical.items() if n not in dead}
@@ -206,10 +215,31 @@ class NodeCache:
             self.refresh()
         return self._labels
 
-    def app_names(self) -> frozenset[str]:
-        """Names of application-defined custom resources on any node."""
-        self.physical()
+    def app_names(self, *, stale_ok: bool = True) -> frozenset[str]:
+        """Names of application-defined custom resources on any node (read now if the view
+        is stale and not `stale_ok`)."""
+        self.physical(fresh=not stale_ok and time.monotonic() - self._at > self._ttl)
         return self._app
+
+    def _refresh_behind(self) -> None:
+        """Start one background refresh, unless one is on (the caller keeps the old view)."""
+        with self._lock:
+            if self._behind is not None or time.monotonic() - self._tried < self._ttl:
+                return
+            self._tried = time.monotonic()  # a failed refresh is retried one TTL later
+            thread = self._behind = threading.Thread(
+                target=self._refresh_quietly, name="escher-ray-nodes", daemon=True
+            )
+        thread.start()
+
+    def _refresh_quietly(self) -> None:
+        try:
+            self.refresh()
+        except Exception:  # Ray went away meanwhile: the next stale read tries again
+            pass
+        finally:
+            with self._lock:
+                self._behind = None
 
     def refresh(self, raw: RawView | None = None) -> None:
         """Re-read labels (ray.nodes) and totals."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import queue
+import threading
 import uuid
 from typing import Any
 
@@ -14,7 +15,7 @@ pytest.importorskip("ray")
 
 from escher.backends.ray import _shrink, _waiter
 from escher.backends.ray._starts import MAX_SYNC_PERIOD, SYNC_PERIOD, look_period
-from escher.backends.ray._state import kv_client
+from escher.backends.ray._state import NodeCache, kv_client
 from escher.backends.ray._waiter import Waiter, window
 
 pytestmark = pytest.mark.ray
@@ -31,7 +32,6 @@ def _raises() -> None:
 
 
 def test_the_waiter_reports_each_value_or_rays_error_once(ray_cluster: Any) -> None:
-    import threading
 
     import ray
     import ray.exceptions as rex
@@ -181,3 +181,29 @@ def test_a_write_seen_before_the_markers_load_ends_the_shrink_it_replaced(
         assert kv.internal_kv_get(key, _shrink.NAMESPACE) is None
     finally:
         kv.internal_kv_del(key, False, _shrink.NAMESPACE)
+
+
+def test_a_stale_node_view_is_refreshed_behind_the_caller(ray_cluster: Any) -> None:
+    import time
+
+    cache = NodeCache("escher-test-")
+    first = cache.physical()  # the first read is synchronous
+    assert first and cache.generation == 1
+    cache._at -= 10.0  # stale now
+    called = threading.get_ident()
+    refreshed_by: list[int] = []
+    real = cache.refresh
+
+    def refresh(raw: Any = None) -> None:
+        refreshed_by.append(threading.get_ident())
+        real(raw)
+
+    cache.refresh = refresh  # type: ignore[method-assign]
+    assert cache.physical() is first  # the caller keeps the current view
+    assert cache.physical() is first  # one background refresh at a time
+    deadline = time.monotonic() + WAIT
+    while cache.generation < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert cache.generation == 2 and refreshed_by and called not in refreshed_by
+    assert cache.physical() == first  # same nodes, read again
+    assert cache.physical(fresh=True) == first and refreshed_by[-1] == called
