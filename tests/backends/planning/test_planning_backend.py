@@ -157,16 +157,19 @@ def test_load_app_reads_files_and_modules(tmp_path: Path) -> None:
 
 
 def test_what_the_plan_leaves_out_is_said() -> None:
+    """A FirstOf is planned whole (its fallbacks are in the plan, nothing to warn about); a
+    dynamic LoadBalance's monitor is not, and the warning says so."""
+
     def app() -> None:
         soft = esl.FirstOf(esl.AntiAffinity(name="aa"), {"CPU": 1}, timeout=2)
         soft.launch(len, [], resources={"CPU": 1})
         esl.LoadBalance(dynamic=True, name="lb").launch(len, [])
 
     run = plan_app(app, state())
-    assert len(run.warnings) == 2
-    assert "planned with its first alternative" in run.warnings[0] and "2s" in run.warnings[0]
-    assert "LoadBalance('lb'): planned with per_node=1" in run.warnings[1]
+    assert len(run.warnings) == 1
+    assert "LoadBalance('lb'): planned with per_node=1" in run.warnings[0]
     assert len(run.plan.tasks) == 2
+    assert [len(t.fallbacks) for t in run.plan.tasks] == [1, 0]
 
 
 def test_use_backend_restores_without_closing() -> None:
