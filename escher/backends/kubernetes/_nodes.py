@@ -317,6 +317,13 @@ class NodeStore:
         outcomes = {node: f.exception() for node, f in futures.items()}
         return {node: exc for node, exc in outcomes.items() if exc is not None}
 
+    def write_queued(self, batch: Mapping[str, Mapping[str, float]]) -> dict[str, BaseException]:
+        """`write_batch` for changes queued by calls that already returned: a node deleted
+        before its write lands takes the change with it (as if deleted just after the write),
+        so its `UnknownNodeError` is dropped, not owed to a caller that did nothing wrong."""
+        errors = self.write_batch(batch)
+        return {n: e for n, e in errors.items() if not isinstance(e, UnknownNodeError)}
+
     def check_writable(self, node: str, capacities: Mapping[str, float]) -> None:
         """Raise before anything is queued if `node` is unknown or a label is not escher's.
 

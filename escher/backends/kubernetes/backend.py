@@ -213,7 +213,7 @@ class KubernetesBackend(Backend):
             patience=api_patience,
         )
         self._writes = WriteCoalescer(
-            self._nodes.write_batch,
+            self._nodes.write_queued,
             window=write_window,
             max_delay=20 * write_window,
             name="escher-k8s-coalesce",

@@ -239,3 +239,22 @@ def test_ten_one_group_policies_cost_the_writes_of_one_ten_group_policy(k8s_clus
         finally:
             backend.close()
     assert writes == {"per-group": 2, "groups": 2}  # one patch per node, either way
+
+
+def test_a_node_deleted_before_its_queued_write_owes_nothing(k8s_cluster: Any) -> None:
+    """The change goes with the node, as if the node had been deleted just after the write:
+    the caller did nothing wrong, so its next call raises nothing (chaos churn found it)."""
+    spare = k8s_cluster.add_node("extra", prefix="k8s-gone")
+    backend = k8s_cluster.backend("extra", write_window=5.0)
+    label = fresh()
+    try:
+        backend.set_resource(label, 1, spare)  # queued: the node is alive when checked
+        backend.set_resource(label, 1, NODE)
+        k8s_cluster.api.delete_node(spare)
+        backend.flush_writes()  # nothing owed
+        state = backend.get_cluster_state()
+        assert state.node(NODE).total[label] == 1  # the other node's change landed
+        assert spare not in state.nodes
+    finally:
+        backend.set_resource(label, 0, NODE)
+        backend.close()
