@@ -89,6 +89,22 @@ def test_an_odd_cycle_on_two_nodes_is_infeasible_by_the_sat_model() -> None:
     assert len(result.explanation.statements) == 10  # five tasks, five separations
 
 
+@pytest.mark.parametrize(("nodes", "verdict"), [(2, Verdict.INFEASIBLE), (3, Verdict.FEASIBLE)])
+def test_separations_with_memory_in_bytes_are_decided(nodes: int, verdict: Verdict) -> None:
+    """Separations with capacities past 2**31 (memory in bytes) are decided: a cycle of seven
+    separations, four 2 GiB tasks to a node of 8 GiB."""
+    plan = Plan()
+    for i in range(7):
+        plan.add_task(f"t{i}", {"memory": 2 << 30}, source=f"service t{i}")
+    for a in range(7):
+        b = (a + 1) % 7
+        plan.add_intent(Separated((f"t{a}", f"t{b}"), source=f"AntiAffinity(t{a}, t{b})"))
+    cluster = ClusterState.from_dict(
+        {"nodes": [{"id": f"n{i}", "total": {"memory": 8 << 30}} for i in range(nodes)]}
+    )
+    assert verify(plan, cluster, check_intents=False, timeout=30).status is verdict
+
+
 @pytest.mark.parametrize("seed", [11, 12, 13])
 def test_planted_colourings_are_found_and_checked(seed: int) -> None:
     plan, cluster, expected = bench().colouring(120, 4, 600, 0, seed)
@@ -204,3 +220,17 @@ def test_a_stopped_engine_of_the_graph_portfolio_gives_up_with_unknown() -> None
     status, reason = _graph.solve(p, g, time.monotonic() + 60, None, stop)
     assert status == "unknown"
     assert "another engine answered first" in reason
+
+
+def test_z3_pseudo_boolean_terms_are_scaled_into_c_ints() -> None:
+    """Z3's PbLe takes C ints: a constraint that always holds is dropped, large ones are
+    divided by their common divisor, and one that stays too large is declined (the engine
+    answers unknown) instead of failing in its thread (the kube-scheduler agreement test
+    found byte-sized memory there)."""
+    from escher.verify.engines._graph import _int32_terms
+
+    big = 2**33
+    assert _int32_terms([(1, 3), (2, 4)], 7) == ([], 7)
+    assert _int32_terms([(1, 3), (2, 4)], 6) == ([(1, 3), (2, 4)], 6)
+    assert _int32_terms([(1, big), (2, big)], big) == ([(1, 1), (2, 1)], 1)
+    assert _int32_terms([(1, big + 1), (2, big)], big) is None

@@ -22,8 +22,10 @@ those).
 
 from __future__ import annotations
 
+import math
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -286,6 +288,8 @@ def solve(
         return ("unknown", "stopped: another engine answered first")
     if not m.pb and _has_pysat():
         solved = _clauses(m, deadline, stop)
+    elif _int32_pb(m.pb) is None:
+        solved = ("unknown", "a capacity too large for Z3's 0/1 constraints")
     else:
         solved = _z3(m, deadline, memory_mb, stop)
     status, data = solved
@@ -381,6 +385,38 @@ def _clauses(m: _Model, deadline: float, stop: threading.Event) -> tuple[str, An
         return ("unsat", core)
 
 
+_INT32 = 2**31 - 1
+
+
+def _int32_terms(
+    terms: Sequence[tuple[int, int]], k: int
+) -> tuple[list[tuple[int, int]], int] | None:
+    """`sum(q * x) <= k` with coefficients Z3 takes (C ints): ([], k) when every term fits at
+    once, divided by the common divisor when too large, None when still too large."""
+    if sum(q for _, q in terms if q > 0) <= k:  # holds whatever is chosen
+        return [], k
+    if max(k, *(q for _, q in terms)) <= _INT32:
+        return list(terms), k
+    g = math.gcd(k, *(q for _, q in terms))
+    if max(k, *(q for _, q in terms)) // g > _INT32:
+        return None
+    return [(v, q // g) for v, q in terms], k // g
+
+
+def _int32_pb(
+    pb: Sequence[tuple[list[tuple[int, int]], int, frozenset[str]]],
+) -> list[tuple[list[tuple[int, int]], int, frozenset[str]]] | None:
+    """The constraints of `pb` that can fail, in coefficients Z3 takes; None if one cannot."""
+    out = []
+    for terms, k, why in pb:
+        scaled = _int32_terms(terms, k)
+        if scaled is None:
+            return None
+        if scaled[0]:
+            out.append((scaled[0], scaled[1], why))
+    return out
+
+
 def _z3(
     m: _Model, deadline: float, memory_mb: int | None, stop: threading.Event
 ) -> tuple[str, Any]:
@@ -404,7 +440,7 @@ def _z3(
         add(z3.Or(*(lit(v) for v in lits)), why)
     for lits, k, why in m.atmost:
         add(z3.AtMost(*(lit(v) for v in lits), k), why)
-    for terms, k, why in m.pb:
+    for terms, k, why in _int32_pb(m.pb) or ():  # solve() declined a None first
         add(z3.PbLe([(lit(v), q) for v, q in terms], k), why)
     for u in m.units:
         s.add(lit(u))
