@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+import escher
 from escher import esl
 from escher.core.cluster import ClusterState, Node
 from escher.core.errors import ValidationError
@@ -69,3 +70,40 @@ def test_follow_needs_a_witness() -> None:
         pass
     with esl.follow(Plan(), {}) as guide:
         assert guide.groups == {}
+
+
+def plain_then_group() -> None:
+    """First fit puts the plain tasks on the big node and strands the group after them."""
+    for _ in range(2):
+        escher.launch(hold, resources={"CPU": 1}, name="plain")
+    big = esl.CoLocation(name="colo").group("big", 4, {"CPU": 1})
+    for _ in range(4):
+        big.launch(hold)
+
+
+def spread_then_group() -> None:
+    """Tasks of another ESL (anti-affinity) take room a later group needs."""
+    aa = esl.AntiAffinity(per_node=2, name="aa")
+    for _ in range(2):
+        aa.launch(hold, resources={"CPU": 1}, name="unit")
+    big = esl.CoLocation(name="colo").group("big", 3, {"CPU": 1})
+    for _ in range(3):
+        big.launch(hold)
+
+
+@pytest.mark.parametrize(
+    ("app", "state"),
+    [
+        (plain_then_group, sized(4, 2)),
+        (plain_then_group, sized(1, 4, 2)),
+        (spread_then_group, sized(3, 2)),
+        (spread_then_group, sized(1, 3, 1)),
+    ],
+)
+def test_plain_and_other_esl_tasks_follow_the_witness(app: object, state: ClusterState) -> None:
+    unguided = plan_and_run(app, state, settle=1.0, follow=False)  # type: ignore[arg-type]
+    assert unguided.result.status is Verdict.FEASIBLE, unguided.result.render()
+    assert not unguided.all_placed, unguided.placement  # first fit strands the group
+    outcome = plan_and_run(app, state)  # type: ignore[arg-type]
+    assert outcome.all_placed, (outcome.placement, outcome.result.witness)
+    assert outcome.violations() == []

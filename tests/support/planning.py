@@ -133,7 +133,7 @@ def plan_and_run(
     whys: list[Any] = []
     unplaced: list[str] = []
     try:
-        guide = esl.follow(run.plan, result) if follow and result.feasible else nullcontext()
+        guide = esl.follow(run, result) if follow and result.feasible else nullcontext()
         with escher.init(backend), guide:
             app()
             # launches the plan counts as replicas of one task go under that task's name
