@@ -36,6 +36,20 @@ from escher.core.task import TaskRef, TaskSpec
 _lock = threading.Lock()
 _guides: list[Guide] = []
 _numbers = itertools.count(1)
+# per thread: the first attempt of the task being relaunched (`fallback_of`)
+_attempts = threading.local()
+
+
+@contextlib.contextmanager
+def fallback_of(first: TaskRef) -> Iterator[None]:
+    """The launch inside is a later attempt of the task whose first attempt is `first` (a
+    `FirstOf` fallback): a guide gives it that task's name and replica, as the planning
+    run records the task once."""
+    _attempts.first = first
+    try:
+        yield
+    finally:
+        _attempts.first = None
 
 
 class Guide:
@@ -72,12 +86,21 @@ class Guide:
         self._names: set[str] = set()
         self._suffixes: dict[str, int] = {}
         self._used: dict[str, int] = {}
+        self._nodes: dict[str, str | None] = {}  # launch name -> its replica's node
+        self._by_ref: dict[str, str] = {}  # task id -> launch name
+
+    def launch_name(self, ref: TaskRef) -> str | None:
+        """The name a task launched inside the block has in the planning run (``web``,
+        ``web-2``, ...; a `FirstOf` fallback attempt keeps the name of the task it
+        replaces), or None if it was not launched inside the block on the steered backend."""
+        with self._lock:
+            return self._by_ref.get(ref.id)
 
     def group_node(self, source: str) -> str | None:
         """The witness's node for the group of this source, or None."""
         return self.groups.get(source)
 
-    def task_node(self, name: str) -> str | None:
+    def _name(self, name: str) -> tuple[str, str | None]:
         """Name the next launch of a task called `name` as the planning run does (the
         first free of ``name``, ``name-2``, ...) and give the witness's node of the
         planned replica it is, or None (not planned, a co-location group's, or past the
@@ -95,7 +118,19 @@ class Guide:
             nodes = self.tasks.get(task, ())
             index = self._used.get(task, 0)
             self._used[task] = index + 1
-            return nodes[index] if index < len(nodes) else None
+            node = nodes[index] if index < len(nodes) else None
+            self._nodes[launch] = node
+            return launch, node
+
+    def _attempt(self, first: TaskRef) -> tuple[str, str | None] | None:
+        """The name and node of the task whose first attempt was `first` (None: unknown)."""
+        with self._lock:
+            name = self._by_ref.get(first.id)
+            return None if name is None else (name, self._nodes.get(name))
+
+    def _launched(self, ref: TaskRef, name: str) -> None:
+        with self._lock:
+            self._by_ref[ref.id] = name
 
 
 class _Pins:
@@ -112,9 +147,18 @@ class _Pins:
         self._set: set[str] = set()  # nodes whose pin label exists
         self._live: dict[str, int] = {}  # node -> pinned tasks not ended
         self._closed = False
+        self._naming: dict[int, list[str]] = {}  # id of a steered spec -> its launch names
 
     def steer(self, spec: TaskSpec) -> TaskSpec:
-        node = self.guide.task_node(spec.name)
+        first = getattr(_attempts, "first", None)
+        known = self.guide._attempt(first) if first is not None else None
+        name, node = known if known is not None else self.guide._name(spec.name)
+        steered = self._pin(spec, node)
+        with self._lock:  # for `launched`, told of the task launched with `steered`
+            self._naming.setdefault(id(steered), []).append(name)
+        return steered
+
+    def _pin(self, spec: TaskSpec, node: str | None) -> TaskSpec:
         if node is None:
             return spec
         found = self.backend.get_cluster_state().nodes.get(node)
@@ -132,6 +176,13 @@ class _Pins:
         return dataclasses.replace(spec, resources=spec.resources + Resources({label: 1}))
 
     def launched(self, ref: TaskRef) -> None:
+        with self._lock:
+            names = self._naming.get(id(ref.spec))
+            name = names.pop(0) if names else None
+            if names == []:
+                del self._naming[id(ref.spec)]
+        if name is not None:
+            self.guide._launched(ref, name)
         for node, label in self.labels.items():
             if label in ref.spec.resources:
                 ref.add_done_callback(functools.partial(self._ended, node))
@@ -201,7 +252,7 @@ def follow(plan: Any, result: Any) -> Iterator[Guide]:
         )
     guide = Guide(plan, witness, replicas)
     backend = active_backend()
-    pins = _Pins(guide, backend) if isinstance(backend, Backend) and guide.tasks else None
+    pins = _Pins(guide, backend) if isinstance(backend, Backend) else None
     with _lock:
         _guides.append(guide)
     try:
