@@ -172,7 +172,6 @@ class _Pins:
                 except EscherError:
                     return spec
                 self._set.add(node)
-            self._live[node] = self._live.get(node, 0) + 1
         return dataclasses.replace(spec, resources=spec.resources + Resources({label: 1}))
 
     def launched(self, ref: TaskRef) -> None:
@@ -184,7 +183,9 @@ class _Pins:
         if name is not None:
             self.guide._launched(ref, name)
         for node, label in self.labels.items():
-            if label in ref.spec.resources:
+            if label in ref.spec.resources:  # counted once launched (a refused one holds none)
+                with self._lock:
+                    self._live[node] = self._live.get(node, 0) + 1
                 ref.add_done_callback(functools.partial(self._ended, node))
                 return
 

@@ -6,11 +6,12 @@ import pytest
 
 import escher
 from escher import esl
+from escher.backends.memory import MemoryBackend
 from escher.core.cluster import ClusterState, Node
 from escher.core.errors import ValidationError
 from escher.core.plan import Plan
 from escher.core.resources import Resources
-from escher.verify import Verdict
+from escher.verify import Verdict, verify
 from tests.support.planning import hold, plan_and_run
 
 
@@ -107,3 +108,26 @@ def test_plain_and_other_esl_tasks_follow_the_witness(app: object, state: Cluste
     outcome = plan_and_run(app, state)  # type: ignore[arg-type]
     assert outcome.all_placed, (outcome.placement, outcome.result.witness)
     assert outcome.violations() == []
+
+
+def quick() -> str:
+    return escher.node_id()
+
+
+def two_quick_tasks() -> list[str]:
+    refs = [escher.launch(quick, resources={"CPU": 1}, name="quick") for _ in range(2)]
+    return list(escher.get(refs, timeout=10))
+
+
+def test_plain_tasks_run_on_the_witness_nodes_and_the_pins_go_away() -> None:
+    state = sized(1, 1, 2)
+    run = esl.plan_app(two_quick_tasks, state)
+    result = verify(run.plan, state, timeout=30)
+    wanted = sorted(result.witness["quick"])
+    backend = MemoryBackend(nodes={"n0": {"CPU": 1}, "n1": {"CPU": 1}, "n2": {"CPU": 2}})
+    with escher.init(backend):
+        with esl.follow(run, result) as guide:
+            assert sorted(two_quick_tasks()) == wanted
+            assert guide.tasks == {"quick": tuple(result.witness["quick"])}
+        labels = {label for n in backend.get_cluster_state().nodes.values() for label in n.total}
+        assert not any(label.startswith("follow") for label in labels), labels
