@@ -19,7 +19,7 @@ from escher.backends._registry import (
     known_backends,
     register_backend,
 )
-from escher.backends.base import Backend, Capability, GarbageReport, PendingTask
+from escher.backends.base import Backend, Capability, GarbageReport, PendingTask, Steering
 
 __all__ = [
     "ALIASES",
@@ -30,6 +30,7 @@ __all__ = [
     "Capability",
     "GarbageReport",
     "PendingTask",
+    "Steering",
     "WriteCoalescer",
     "accepted_options",
     "availability",

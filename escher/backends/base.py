@@ -24,15 +24,16 @@ The contract, in one place:
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import functools
 import threading
 import uuid
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Protocol, Self
 
 from escher.core.clock import Clock
 from escher.core.cluster import ClusterState
@@ -64,6 +65,18 @@ class Capability(enum.Flag):
     PYTHON_TASKS = enum.auto()
     #: Runs container images with a command.
     CONTAINER_TASKS = enum.auto()
+
+
+class Steering(Protocol):
+    """What `Backend.steered` calls around each launch inside its block."""
+
+    def steer(self, spec: TaskSpec) -> TaskSpec:
+        """The spec to launch instead of `spec` (or `spec` itself)."""
+        ...
+
+    def launched(self, ref: TaskRef) -> None:
+        """The backend took the steered task (`ref`)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -136,6 +149,8 @@ class Backend(ABC):
     _gang_members: dict[str, tuple[TaskRef, ...]]
     #: Unique per backend object: what it creates on a shared cluster is marked with it.
     session_id: str
+    #: Rewrites each launched spec while set (`steered`); None: launch as given.
+    _steering: Steering | None = None
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Self:
         self = super().__new__(cls)
@@ -263,8 +278,28 @@ class Backend(ABC):
         """
         if not isinstance(spec, TaskSpec):
             raise ValidationError(f"launch takes a TaskSpec, got {short_repr(spec)}.")
+        steering = self._steering
+        if steering is None:
+            self._check_request(spec.resources)
+            return self._track(self._launch(spec))
+        spec = steering.steer(spec)
         self._check_request(spec.resources)
-        return self._track(self._launch(spec))
+        ref = self._track(self._launch(spec))
+        steering.launched(ref)
+        return ref
+
+    @contextlib.contextmanager
+    def steered(self, steering: Steering) -> Iterator[None]:
+        """Inside the block, `launch` passes each spec through `steering.steer` first (it
+        returns the spec to launch, e.g. with a pin to a node) and tells `steering.launched`
+        the handle: how `escher.esl.follow` places tasks on a verified witness's nodes.
+        Blocks nest; the innermost steers."""
+        previous = self._steering
+        self._steering = steering
+        try:
+            yield
+        finally:
+            self._steering = previous
 
     @abstractmethod
     def _launch(self, spec: TaskSpec) -> TaskRef:
@@ -301,7 +336,15 @@ class Backend(ABC):
             self._check_request(spec.resources)
         if not specs:
             return []
+        steering = self._steering
+        if steering is not None:
+            specs = [steering.steer(spec) for spec in specs]
+            for spec in specs:
+                self._check_request(spec.resources)
         refs = [self._track(ref) for ref in self._launch_gang(list(specs))]
+        if steering is not None:
+            for ref in refs:
+                steering.launched(ref)
         members = tuple(refs)
         with self._live_lock:
             for ref in refs:

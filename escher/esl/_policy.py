@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from escher.backends.base import Backend
+from escher.backends.planning import PlanningBackend
 from escher.core.context import current_backend
 from escher.core.errors import ValidationError
 from escher.core.nodespec import NodeSpec
@@ -165,11 +166,21 @@ class Policy:
         base = Resources.of(resources)
         parts = self.plan_parts(count, base)
         _add_resources(plan, parts)
-        for key, domains in parts.topologies.items():
+        recorded = _record_tasks(parts, name, count, base, f"{self.source}.launch", self)
+        for key, domains in recorded.topologies.items():
             plan.add_topology(key, domains)
-        names = _add_tasks(plan, parts, name, count, base, f"{self.source}.launch")
-        for build in parts.intents:
-            plan.add_intent(build(names))
+        for task in recorded.tasks:
+            plan.add_task(
+                task.name,
+                task.resources,
+                count=task.count,
+                creates={c.label: c.capacity for c in task.creates} or None,
+                concurrent=task.concurrent,
+                source=task.source,
+                fallbacks=task.fallbacks,
+            )
+        for intent in recorded.intents:
+            plan.add_intent(intent)
         return plan
 
     def __and__(self, other: Policy) -> Policy:
@@ -194,36 +205,42 @@ def _add_resources(plan: Plan, parts: PlanParts) -> None:
             plan.add_resource(label, capacity, node_spec, source=source)
 
 
-def _add_tasks(
-    plan: Plan, parts: PlanParts, name: str, count: int, base: Resources, source: str
-) -> tuple[str, ...]:
-    """Add the declared tasks (a distinct first task for groups led by it, or one task per
-    part of a split); their names."""
+def _record_tasks(
+    parts: PlanParts, name: str, count: int, base: Resources, source: str, owner: Policy
+) -> Plan:
+    """Record the declared tasks as a planning run records launches (`PlanningBackend`:
+    one launch per replica, alike launches one task with a count, the intents promised
+    under `owner`): a distinct first task for groups led by it, or one task per part of a
+    split. The plan of those tasks and intents (the policy's resources are not in it)."""
+    planning = PlanningBackend()
+    launches: list[tuple[str, Resources, int, dict[str, float]]] = []
     if parts.split:
         if parts.leader is not None:
             raise ValidationError("a group led by its first task cannot also be split.")
         for suffix, part_count, extra in parts.split:
-            plan.add_task(
-                f"{name}@{suffix}",
-                base + parts.request + extra,
-                count=part_count,
-                creates=parts.creates or None,
-                source=source,
+            launches.append(
+                (f"{name}@{suffix}", base + parts.request + extra, part_count, parts.creates)
             )
-        return tuple(f"{name}@{suffix}" for suffix, _, _ in parts.split)
-    if parts.leader is None:
-        plan.add_task(
-            name, base + parts.request, count=count, creates=parts.creates or None, source=source
-        )
-        return (name,)
-    request, creates = parts.leader
-    plan.add_task(f"{name}-first", base + request, count=1, creates=creates or None, source=source)
-    if count == 1:
-        return (f"{name}-first",)
-    plan.add_task(
-        name, base + parts.request, count=count - 1, creates=parts.creates or None, source=source
-    )
-    return (f"{name}-first", name)
+    elif parts.leader is None:
+        launches.append((name, base + parts.request, count, parts.creates))
+    else:
+        request, creates = parts.leader
+        launches.append((f"{name}-first", base + request, 1, creates))
+        if count > 1:
+            launches.append((name, base + parts.request, count - 1, parts.creates))
+    for task, request, replicas, creates in launches:
+        for _ in range(replicas):
+            ref = planning.record(TaskSpec(_declared_task, resources=request, name=task))
+            planning.annotate(ref, source=source, creates=creates)
+            for index, build in enumerate(parts.intents):
+                planning.promise((owner, index), build, ref)
+    for key, domains in parts.topologies.items():
+        planning.add_topology(key, domains)
+    return planning.plan()
+
+
+def _declared_task() -> None:
+    """The body of a declared task: declared tasks are recorded, never run."""
 
 
 class Requests(Policy):

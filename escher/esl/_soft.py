@@ -16,6 +16,7 @@ from typing import Any
 from escher.core.clock import Clock
 from escher.core.errors import GetTimeoutError, UnschedulableError
 from escher.core.task import Status, TaskRef, TaskSpec, TaskState
+from escher.esl._follow import fallback_of
 
 
 class SoftTaskRef(TaskRef):
@@ -63,7 +64,11 @@ class SoftTaskRef(TaskRef):
 
     def _submit(self, spec: TaskSpec) -> None:
         alt = self.alternatives_left
-        ref = self._launch_attempt(self.alternative, spec)
+        if self.history:  # a fallback: a guide names it as the task's first attempt
+            with fallback_of(self.history[0]):
+                ref = self._launch_attempt(self.alternative, spec)
+        else:
+            ref = self._launch_attempt(self.alternative, spec)
         self.spec = ref.spec
         self.history.append(ref)
         self._current = ref

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+import escher
 from escher import esl
+from escher.backends.memory import MemoryBackend
 from escher.core.cluster import ClusterState, Node
 from escher.core.errors import ValidationError
 from escher.core.plan import Plan
 from escher.core.resources import Resources
-from escher.verify import Verdict
+from escher.verify import Verdict, verify
 from tests.support.planning import hold, plan_and_run
 
 
@@ -69,3 +71,63 @@ def test_follow_needs_a_witness() -> None:
         pass
     with esl.follow(Plan(), {}) as guide:
         assert guide.groups == {}
+
+
+def plain_then_group() -> None:
+    """First fit puts the plain tasks on the big node and strands the group after them."""
+    for _ in range(2):
+        escher.launch(hold, resources={"CPU": 1}, name="plain")
+    big = esl.CoLocation(name="colo").group("big", 4, {"CPU": 1})
+    for _ in range(4):
+        big.launch(hold)
+
+
+def spread_then_group() -> None:
+    """Tasks of another ESL (anti-affinity) take room a later group needs."""
+    aa = esl.AntiAffinity(per_node=2, name="aa")
+    for _ in range(2):
+        aa.launch(hold, resources={"CPU": 1}, name="unit")
+    big = esl.CoLocation(name="colo").group("big", 3, {"CPU": 1})
+    for _ in range(3):
+        big.launch(hold)
+
+
+@pytest.mark.parametrize(
+    ("app", "state"),
+    [
+        (plain_then_group, sized(4, 2)),
+        (plain_then_group, sized(1, 4, 2)),
+        (spread_then_group, sized(3, 2)),
+        (spread_then_group, sized(1, 3, 1)),
+    ],
+)
+def test_plain_and_other_esl_tasks_follow_the_witness(app: object, state: ClusterState) -> None:
+    unguided = plan_and_run(app, state, settle=1.0, follow=False)  # type: ignore[arg-type]
+    assert unguided.result.status is Verdict.FEASIBLE, unguided.result.render()
+    assert not unguided.all_placed, unguided.placement  # first fit strands the group
+    outcome = plan_and_run(app, state)  # type: ignore[arg-type]
+    assert outcome.all_placed, (outcome.placement, outcome.result.witness)
+    assert outcome.violations() == []
+
+
+def quick() -> str:
+    return escher.node_id()
+
+
+def two_quick_tasks() -> list[str]:
+    refs = [escher.launch(quick, resources={"CPU": 1}, name="quick") for _ in range(2)]
+    return list(escher.get(refs, timeout=10))
+
+
+def test_plain_tasks_run_on_the_witness_nodes_and_the_pins_go_away() -> None:
+    state = sized(1, 1, 2)
+    run = esl.plan_app(two_quick_tasks, state)
+    result = verify(run.plan, state, timeout=30)
+    wanted = sorted(result.witness["quick"])
+    backend = MemoryBackend(nodes={"n0": {"CPU": 1}, "n1": {"CPU": 1}, "n2": {"CPU": 2}})
+    with escher.init(backend):
+        with esl.follow(run, result) as guide:
+            assert sorted(two_quick_tasks()) == wanted
+            assert guide.tasks == {"quick": tuple(result.witness["quick"])}
+        labels = {label for n in backend.get_cluster_state().nodes.values() for label in n.total}
+        assert not any(label.startswith("follow") for label in labels), labels

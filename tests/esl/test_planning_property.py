@@ -2,7 +2,8 @@
 
 Hypothesis draws clusters of mixed node sizes and compositions of ESLs (co-location groups
 of mixed sizes AND a per-node limit shared by all of them, anti-affinity with a per-node
-limit, alone or AND a node affinity or a preference, anti-affinity over zones, gangs). For
+limit, alone or AND a node affinity or a preference, anti-affinity over zones, `FirstOf`
+fallbacks between two limits, gangs). For
 each, the app is planned and verified, then run on the in-memory backend over the same
 cluster, following the witness of a feasible plan (`escher.esl.follow`):
 
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import escher
 from escher import esl
 from escher.explain import Verdict as WhyVerdict
 from escher.verify import Verdict
@@ -34,7 +36,8 @@ class Shape:
 
     cpus: tuple[int, ...]  # CPUs of each node
     kind: str  # "groups", "spread", "affinity" (spread on zone a only), "preferred"
-    # (spread AND a preference for the last node) or "zones"
+    # (spread AND a preference for the last node), "zones" or "fallback" (FirstOf of two
+    # limits, then a plain task)
     count: int  # spread tasks
     sizes: tuple[int, ...]  # members of each group
     limit: str  # "none", "anti-affinity", "load-balance"
@@ -57,6 +60,17 @@ class Shape:
                 for group, size in zip(groups, self.sizes, strict=True):
                     for _ in range(size):
                         group.launch(hold)
+            elif self.kind == "fallback":
+                # ordered fallbacks: a tight limit, else a loose one (a cancelled attempt
+                # must not shift the names of the launches after it)
+                soft = esl.FirstOf(
+                    esl.AntiAffinity(per_node=1, name="tight"),
+                    esl.AntiAffinity(per_node=self.per_node + 1, name="loose"),
+                    timeout=0.3,
+                )
+                for _ in range(self.count):
+                    soft.launch(hold, resources={"CPU": 1})
+                escher.launch(hold, resources={"CPU": 1}, name="hold")
             elif self.kind == "zones":
                 zones = esl.DomainAntiAffinity("zone", per_domain=self.per_node, name="zones")
                 for _ in range(self.count):
@@ -80,7 +94,9 @@ class Shape:
 shapes = st.builds(
     Shape,
     cpus=st.lists(st.integers(1, 4), min_size=1, max_size=4).map(tuple),
-    kind=st.sampled_from(["groups", "groups", "spread", "affinity", "preferred", "zones"]),
+    kind=st.sampled_from(
+        ["groups", "groups", "spread", "affinity", "preferred", "zones", "fallback"]
+    ),
     count=st.integers(1, 4),
     sizes=st.lists(st.integers(1, 4), min_size=1, max_size=4).map(tuple),
     limit=st.sampled_from(["none", "anti-affinity", "load-balance"]),

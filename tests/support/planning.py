@@ -10,7 +10,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,19 +96,6 @@ def _recording(backend: MemoryBackend) -> list[TaskRef]:
     return launched
 
 
-def _names(refs: list[TaskRef]) -> list[str]:
-    taken: set[str] = set()
-    names = []
-    for ref in refs:
-        name, number = ref.spec.name, 1
-        while name in taken:
-            number += 1
-            name = f"{ref.spec.name}-{number}"
-        taken.add(name)
-        names.append(name)
-    return names
-
-
 def plan_and_run(
     app: Callable[[], Any],
     state: ClusterState,
@@ -133,11 +119,11 @@ def plan_and_run(
     whys: list[Any] = []
     unplaced: list[str] = []
     try:
-        guide = esl.follow(run.plan, result) if follow and result.feasible else nullcontext()
-        with escher.init(backend), guide:
+        # without following, a guide with no witness only names the launches as the
+        # planning run does (a FirstOf fallback attempt keeps its task's name)
+        witness = result.witness if follow and result.feasible else {}
+        with escher.init(backend), esl.follow(run, witness) as guide:
             app()
-            # launches the plan counts as replicas of one task go under that task's name
-            names = [run.replicas.get(n, n) for n in _names(launched)]
             wanted = sum(t.count for t in run.plan.tasks)
             deadline = time.monotonic() + (WAIT if result.feasible else settle)
             while time.monotonic() < deadline:
@@ -145,7 +131,11 @@ def plan_and_run(
                 if sum(r.started() and not r.done() for r in live) >= wanted:
                     break
                 time.sleep(0.02)
-            for name, ref in zip(names, launched, strict=True):
+            # launches the plan counts as replicas of one task go under that task's name
+            refs = list(launched)  # FirstOf fallbacks may still be launched meanwhile
+            named = [guide.launch_name(r) or r.spec.name for r in refs]
+            names = [run.replicas.get(n, n) for n in named]
+            for name, ref in zip(names, refs, strict=True):
                 if ref.started() and not ref.done() and ref.node_id is not None:
                     placement.setdefault(name, []).append(ref.node_id)
             unplaced = [str(r.status) for r in launched if not r.started()]
