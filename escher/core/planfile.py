@@ -142,7 +142,7 @@ def _unbuilt(raw: bytes, source: str) -> PlanDocument | None:
     columns = [map(bytes, map(get(field), entries)) for field in _TEXTS]
     columns += [map(get(field), entries) for field in _VALUES]
     shapes: list[Hashable] = list(zip(*columns, strict=True))
-    first = dict(zip(reversed(shapes), range(len(shapes) - 1, -1, -1), strict=True))
+    last = dict(zip(shapes, range(len(shapes)), strict=True))  # one entry of each shape
 
     def built(i: int) -> dict[str, Any]:
         e = entries[i]
@@ -160,11 +160,11 @@ def _unbuilt(raw: bytes, source: str) -> PlanDocument | None:
         return out
 
     try:
-        kept = [built(i) for i in first.values()]
+        kept = [built(i) for i in last.values()]
         checked, _ = read_document({**rest, "tasks": kept}, "plan", source=source)
     except (_Unread, PlanFormatError):
         return None
-    by_shape = dict(zip(first, checked["tasks"], strict=True))
+    by_shape = dict(zip(last, checked["tasks"], strict=True))
     sources: list[str] = list(map(get("source"), entries))
 
     def entry(i: int) -> dict[str, Any]:
