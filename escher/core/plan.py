@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from escher.core.errors import PlanFormatError, ValidationError
-from escher.core.formats import load_json, paused_gc, read_document, save_json
+from escher.core.formats import paused_gc, save_json
 from escher.core.nodespec import NodeSpec, NodeSpecLike
+from escher.core.planfile import PlanDocument, plan_document, read_plan_file
 from escher.core.resources import Resources, validate_label, validate_quantity
 
 #: The plan file format version this escher reads and writes.
@@ -383,16 +384,25 @@ class Plan:
 
     @classmethod
     def _from_dict(cls, data: Any, source: str) -> Plan:
-        data, shapes = read_document(data, "plan", source=source)  # "2Gi" -> a number
-        assert shapes is not None  # a valid plan has a list of tasks
+        return cls.from_document(plan_document(data, source=source))
+
+    @classmethod
+    def from_document(cls, doc: PlanDocument) -> Plan:
+        """The plan of a checked plan document (`escher.core.planfile`, the one reader).
+
+        Raises:
+            PlanFormatError: a rule the schema cannot say (a duplicate name, too many
+                replicas, an intent naming an unknown task), naming the place.
+        """
+        source, rest = doc.source, doc.rest
         plan = cls()
-        for i, raw in enumerate(data.get("resources", ())):
+        for i, raw in enumerate(rest.get("resources", ())):
             _at(f"{source}: resources[{i}]", lambda r=raw: _add_resource(plan, r))
-        _add_tasks(plan, data["tasks"], shapes, source)
+        _add_tasks(plan, doc)
         plan._checked = tuple(plan.tasks)  # built from checked entries
-        for i, raw in enumerate(data.get("intents", ())):
+        for i, raw in enumerate(rest.get("intents", ())):
             _at(f"{source}: intents[{i}]", lambda r=raw: plan.add_intent(_intent_from_dict(r)))
-        for key, domains in data.get("topologies", {}).items():
+        for key, domains in rest.get("topologies", {}).items():
             plan.add_topology(key, domains)
         return plan
 
@@ -403,7 +413,8 @@ class Plan:
         Raises:
             PlanFormatError: unreadable file or bad content, naming the file and place.
         """
-        return cls.from_dict(load_json(path, "plan"), source=str(path))
+        with paused_gc():
+            return cls.from_document(read_plan_file(path))
 
     def save(self, path: str | Path) -> Path:
         """Write this plan as a plan file (JSON; `load` reads it back). The same plan gives
@@ -608,29 +619,29 @@ def _entry(raw: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _first_problem(entries: list[Any], known: Mapping[str, Any], source: str) -> str:
-    """The first name taken before or more replicas than `MAX_REPLICAS` in all among
-    `entries`, in document order, as an error message ("" if none)."""
+def _first_problem(doc: PlanDocument, counts: list[int], known: Mapping[str, Any]) -> str:
+    """The first name taken before or more replicas than `MAX_REPLICAS` in all among the
+    task entries of `doc` with these `counts` (the first ones), in document order, as an
+    error message ("" if none)."""
     seen: set[str] = set()
     total = 0
-    for i, raw in enumerate(entries):
-        name = raw["name"]
-        total += raw.get("count", 1)
+    for i, (name, count) in enumerate(zip(doc.names, counts, strict=False)):
+        total += count
         if total > MAX_REPLICAS:
-            return f"{source}: tasks[{i}].count: more than {MAX_REPLICAS:,} replicas in all."
+            return f"{doc.source}: tasks[{i}].count: more than {MAX_REPLICAS:,} replicas in all."
         if name in seen or name in known:
-            return f"{source}: tasks[{i}]: the plan already has a task named {name!r}."
+            return f"{doc.source}: tasks[{i}]: the plan already has a task named {name!r}."
         seen.add(name)
     return ""
 
 
-def _add_tasks(plan: Plan, entries: list[Any], shapes: list[Hashable], source: str) -> None:
-    """The task entries of a (schema-checked) plan document, in order. Entries of one shape
-    (`validate_document`: they differ only in name and source) share one checked request,
-    so a plan written one entry per task costs its distinct shapes plus a name each: each
-    task gets its fields at once (as `PlannedTask.__init__` would set them one by one), the
-    shared ones from its shape. Names and the replicas in all are checked after the loop
-    (the first problem in document order is reported, as if checked entry by entry).
+def _add_tasks(plan: Plan, doc: PlanDocument) -> None:
+    """The task entries of a checked plan document, in order. Entries of one shape (they
+    differ only in name and source) share one checked request, so a plan written one entry
+    per task costs its distinct shapes plus a name each: each task gets its fields at once
+    (as `PlannedTask.__init__` would set them one by one), the shared ones from its shape.
+    Names and the replicas in all are checked after the loop (the first problem in document
+    order is reported, as if checked entry by entry).
 
     Raises:
         PlanFormatError: a duplicate name, a bad request or too many replicas, naming the
@@ -640,25 +651,25 @@ def _add_tasks(plan: Plan, entries: list[Any], shapes: list[Hashable], source: s
     before = dict(plan._by_name())
     new = object.__new__
     made: dict[str, PlannedTask] = {}
-    total = 0
-    for i, (raw, shape) in enumerate(zip(entries, shapes, strict=True)):
+    counts: list[int] = []
+    for i, (name, source, shape) in enumerate(zip(doc.names, doc.sources, doc.shapes, strict=True)):
         shared = built.get(shape)
         if shared is None:
             try:
-                shared = built[shape] = _entry(raw)
+                shared = built[shape] = _entry(doc.entry(i))
             except ValidationError as exc:
-                earlier = _first_problem(entries[:i], before, source)
-                raise PlanFormatError(earlier or f"{source}: tasks[{i}]: {exc}") from None
-        total += shared["count"]
-        name = raw["name"]
+                earlier = _first_problem(doc, counts, before)
+                raise PlanFormatError(earlier or f"{doc.source}: tasks[{i}]: {exc}") from None
+        counts.append(shared["count"])
         task: PlannedTask = new(PlannedTask)
         fields_ = task.__dict__
         fields_["name"] = name
         fields_.update(shared)
-        fields_["source"] = raw.get("source") or f"task {name!r}"
+        fields_["source"] = source or f"task {name!r}"
         made[name] = task
-    if total > MAX_REPLICAS or len(made) != len(entries) or not before.keys().isdisjoint(made):
-        raise PlanFormatError(_first_problem(entries, before, source))
+    total = sum(counts)
+    if total > MAX_REPLICAS or len(made) != len(counts) or not before.keys().isdisjoint(made):
+        raise PlanFormatError(_first_problem(doc, counts, before))
     plan.tasks.extend(made.values())
     plan._index.update(made)
 

@@ -18,16 +18,17 @@ from pathlib import Path
 from typing import Any
 
 from escher.core.cluster import ClusterState
-from escher.core.errors import PlanFormatError
-from escher.core.formats import parse_bytes, paused_gc, read_bytes, read_document
+from escher.core.formats import paused_gc, schema
 from escher.core.plan import Plan
+from escher.core.planfile import PlanDocument, read_plan_file
 from escher.verify.engines import decide
 from escher.verify.model import Statement, named_statement, task_words
-from escher.verify.read._tasklist import TaskList, Unread, read_tasks
 
-#: Files of this many bytes or more are read without building each task entry first
-#: (`_tasklist`); a smaller one is read whole, at less than importing that reader costs.
-UNBUILT_FROM = 1 << 18
+#: The most replicas a plan file's task entry may have: a group has at most as many (a
+#: group of more stays as written, as a file of one entry could not say it).
+MOST_PER_ENTRY: int = schema("plan")["properties"]["tasks"]["items"]["properties"]["count"][
+    "maximum"
+]
 
 #: Group task name -> the names of the entries it stands for (in file order) and the
 #: replicas of each (entries of a group are alike but for name and source).
@@ -188,73 +189,43 @@ def as_written(plan: Plan) -> Grouping:
 
 
 def load_grouped(path: str | Path) -> Grouping:
-    """Read a plan file (like `Plan.load`), grouping its entries.
+    """Read a plan file (with `Plan.load`'s reader, `escher.core.planfile`), grouping its
+    entries.
 
     Raises:
         PlanFormatError: unreadable file or bad content, naming the file and place (the
             same error `Plan.load` raises).
     """
-    source = str(path)
-    raw = read_bytes(path, "plan")
     with paused_gc():
-        listed = read_tasks(raw) if len(raw) >= UNBUILT_FROM else None
-        grouping = None if listed is None else _from_task_list(listed, raw, source)
-        if grouping is not None:
-            return grouping
-        return _from_document(parse_bytes(raw, path), source)
+        return _grouping(read_plan_file(path))
 
 
-def _from_document(data: Any, source: str) -> Grouping:
-    """The grouping of a parsed plan document."""
-    data, shapes = read_document(data, "plan", source=source)  # "2Gi" -> a number
-    assert shapes is not None  # a valid plan has a list of tasks
-    entries: list[dict[str, Any]] = data["tasks"]
-    names = list(map(operator.itemgetter("name"), entries))
-    grouped = _group(names, shapes, entries.__getitem__, _named(data) or set())
+def _grouping(doc: PlanDocument) -> Grouping:
+    """The grouping of a checked plan document."""
+    grouped = _group(doc.names, doc.shapes, doc.entry, _named(doc.rest))
     if grouped is not None:
-        try:
-            plan = Plan.from_dict({**data, "tasks": grouped[0]}, source=source)
-        except PlanFormatError:  # too many replicas for one task: say it as written
-            pass
-        else:
+        kept, members = grouped
+        names = list(map(operator.itemgetter("name"), kept))
+        sources = [e.get("source", "") for e in kept]
+        # Each kept entry its own shape: a group's entry has the replicas of all.
+        one = PlanDocument(doc.source, names, sources, names, kept.__getitem__, doc.rest)
+        plan = Plan.from_document(one)
 
-            def written() -> Plan:
-                return Plan.from_dict(data, source=source)
+        def written() -> Plan:
+            with paused_gc():
+                return Plan.from_document(doc)
 
-            def sources() -> dict[str, str]:
-                return {e["name"]: e.get("source", "") for e in entries}
+        def by_name() -> dict[str, str]:
+            return dict(zip(doc.names, doc.sources, strict=True))
 
-            return Grouping(plan, grouped[1], written, sources)
-    plan = Plan.from_dict(data, source=source)
+        return Grouping(plan, members, written, by_name)
+    plan = Plan.from_document(doc)
     return Grouping(plan, {}, lambda: plan)
 
 
-def _from_task_list(listed: TaskList, raw: bytes, source: str) -> Grouping | None:
-    """The grouping of a task list read unbuilt; None when it does not group, or when its
-    plan has a problem (the usual reading words it)."""
-    named = _named(listed.rest)
-    if named is None or not all(listed.names):
-        return None
-    try:
-        grouped = _group(listed.names, listed.keys, listed.entry, named)
-        if grouped is None:
-            return None
-        plan = Plan.from_dict({**listed.rest, "tasks": grouped[0]}, source=source)
-    except (PlanFormatError, Unread):
-        return None
-
-    def written() -> Plan:
-        return Plan.from_dict(parse_bytes(raw, source), source=source)
-
-    return Grouping(plan, grouped[1], written, listed.sources)
-
-
-def _named(data: dict[str, Any]) -> set[str] | None:
-    """The task names the document's intents name (None: intents not as a plan has them)."""
-    try:
-        return {n for i in data.get("intents", ()) for n in i.get("tasks", ()) if type(n) is str}
-    except (AttributeError, TypeError):
-        return None
+def _named(rest: dict[str, Any]) -> set[str]:
+    """The task names the (checked) document's intents name."""
+    return {n for i in rest.get("intents", ()) for n in i["tasks"]}
 
 
 def _group(
@@ -283,10 +254,10 @@ def _group(
     members: Members = {}
     for group in groups.values():
         first = entry(group[0])
-        if len(group) == 1 or first.get("creates"):
+        count = first.get("count", 1)  # the shape has the count: one for all
+        if len(group) == 1 or first.get("creates") or count * len(group) > MOST_PER_ENTRY:
             kept.extend(map(entry, group))
             continue
-        count = first.get("count", 1)  # the shape has the count: one for all
         kept.append({**first, "count": count * len(group)})
         members[first["name"]] = ([names[i] for i in group], count)
     return kept, members

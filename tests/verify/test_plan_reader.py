@@ -1,5 +1,7 @@
-"""The plan reader that does not build each entry (`_tasklist`) groups as the usual reading
-does, and leaves every file it does not take to it (the same plan, or the same error)."""
+"""The one plan-file reader (`escher.core.planfile`): read by msgspec without building each
+entry, a file gives the plan and the grouping the usual reading gives, and every file msgspec
+does not take is left to the usual reading (the same plan, or the same error); `Plan.load`
+and `load_grouped` read through it alike."""
 
 from __future__ import annotations
 
@@ -12,19 +14,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from escher.core import planfile
 from escher.core.errors import PlanFormatError
 from escher.core.formats import load_json
 from escher.core.plan import Plan
+from escher.core.planfile import plan_document
 from escher.verify.model._statement import task_statement
-from escher.verify.read import _grouped, _tasklist
-from escher.verify.read._grouped import Grouping, _from_document, load_grouped
-from escher.verify.read._tasklist import read_tasks
+from escher.verify.read._grouped import Grouping, _grouping, load_grouped
 
 
 @pytest.fixture(autouse=True)
 def _unbuilt_whatever_the_size(monkeypatch: pytest.MonkeyPatch) -> None:
     """The files here are small: read them with the reader under test all the same."""
-    monkeypatch.setattr(_grouped, "UNBUILT_FROM", 0)
+    monkeypatch.setattr(planfile, "UNBUILT_FROM", 0)
 
 
 SHAPES: list[dict[str, Any]] = [
@@ -55,8 +57,13 @@ def documents(draw: st.DrawFn) -> dict[str, Any]:
     return doc
 
 
+def _usual_plan(path: Path) -> Plan:
+    """The plan of the file at `path` read the usual way (parsed whole, then checked)."""
+    return Plan.from_dict(load_json(path, "plan"), source=str(path))
+
+
 def _usual(path: Path) -> Grouping:
-    return _from_document(load_json(path, "plan"), str(path))
+    return _grouping(plan_document(load_json(path, "plan"), source=str(path)))
 
 
 def _faithful(grouping: Grouping, written: Plan) -> None:
@@ -89,8 +96,10 @@ def test_groups_as_the_usual_reading(
 ) -> None:
     path = tmp_path_factory.mktemp("p") / "plan.json"
     path.write_text(json.dumps(doc, indent=indent))
-    assert (read_tasks(path.read_bytes()) is None) == (find_spec("msgspec") is None)
+    unbuilt = planfile._unbuilt(path.read_bytes(), str(path))
+    assert (unbuilt is None) == (find_spec("msgspec") is None)
     grouped, usual, written = load_grouped(path), _usual(path), Plan.load(path)
+    assert written == _usual_plan(path)
     _faithful(grouped, written)
     _faithful(usual, written)
     assert len(grouped.plan.tasks) <= len(usual.plan.tasks)  # it groups as much, or more
@@ -157,13 +166,15 @@ def test_a_file_it_does_not_take_reads_as_usual(tmp_path: Path, text: bytes) -> 
     path = tmp_path / "plan.json"
     path.write_bytes(text)
     try:
-        expected = Plan.load(path)
+        expected = _usual_plan(path)
     except PlanFormatError as exc:
-        with pytest.raises(PlanFormatError) as got:
-            load_grouped(path)
-        assert str(got.value) == str(exc)
+        for read in (load_grouped, Plan.load):
+            with pytest.raises(PlanFormatError) as got:
+                read(path)
+            assert str(got.value) == str(exc)
     else:
         assert load_grouped(path).written.tasks == expected.tasks
+        assert Plan.load(path) == expected
 
 
 def test_too_many_replicas_for_one_task_stay_as_written(tmp_path: Path) -> None:
@@ -179,7 +190,7 @@ def test_without_msgspec_a_file_groups_the_usual_way(
 ) -> None:
     path = tmp_path / "plan.json"
     path.write_text(json.dumps({"tasks": [{"name": f"t{i}", "count": 2} for i in range(5)]}))
-    monkeypatch.setattr(_tasklist, "_decoders", lambda: None)
+    monkeypatch.setattr(planfile, "_decoders", lambda: None)
     grouped = load_grouped(path)
     assert [(t.name, t.count) for t in grouped.plan.tasks] == [("t0", 10)]
     _faithful(grouped, Plan.load(path))
