@@ -31,12 +31,15 @@ from __future__ import annotations
 
 import argparse
 import copy
+import itertools
+import json
 import os
 import statistics
 import sys
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -92,6 +95,12 @@ POD_TEMPLATE: dict[str, Any] = {
 }
 REQUEST = Resources({"CPU": 0.1, "memory": 500 * 2**20})
 VARIANTS = ("native", "escher-per-group", "escher-groups")
+#: Client threads creating nodes and native pods (scheduler_perf creates them in parallel;
+#: escher's backend keeps `creates_in_flight=8` pod creates going).
+CLIENTS = 8
+#: Seconds between progress lines while pods are bound; seconds a variant may take.
+PROGRESS_SECONDS = 60.0
+VARIANT_TIMEOUT = 900.0
 
 
 @dataclass
@@ -105,6 +114,8 @@ class Binds:
     #: pod -> its task's name ("aa-<i>": pod i of the run, in group i % groups).
     task: dict[str, str] = field(default_factory=dict)
     last: float = 0.0
+    #: perf_counter time of each bind, in order (gaps show scheduler back-off).
+    times: list[float] = field(default_factory=list)
     done: threading.Event = field(default_factory=threading.Event)
 
     def start(self) -> Binds:
@@ -114,32 +125,65 @@ class Binds:
         return self
 
     def _run(self, ready: threading.Event) -> None:
-        from kubernetes import watch
+        from kubernetes.watch.watch import iter_resp_lines
 
         version = self.api.list_namespaced_pod(self.namespace).metadata.resource_version
         ready.set()
         while not self.done.is_set():
-            try:
-                stream = watch.Watch().stream(
-                    self.api.list_namespaced_pod,
-                    self.namespace,
-                    resource_version=version,
-                    timeout_seconds=60,
-                )
-                for event in stream:
+            try:  # raw JSON events: a generated-model pod per event costs ~1 ms of client CPU
+                response = self.api.list_namespaced_pod(
+                    self.namespace, watch=True, resource_version=version,
+                    timeout_seconds=60, _preload_content=False,
+                )  # fmt: skip
+                for line in iter_resp_lines(response):
+                    event = json.loads(line)
                     pod = event["object"]
-                    version = pod.metadata.resource_version
-                    name, node = pod.metadata.name, pod.spec.node_name
+                    if event["type"] == "ERROR":
+                        break  # 410 Gone and the like: list again from the newest
+                    meta = pod["metadata"]
+                    version = meta["resourceVersion"]
+                    name, node = meta["name"], pod["spec"].get("nodeName")
                     if node and name not in self.bound:
                         self.bound[name] = node
-                        notes = pod.metadata.annotations or {}
+                        notes = meta.get("annotations") or {}
                         self.task[name] = notes.get("escher.io/task-name", name)
                         self.last = time.perf_counter()
+                        self.times.append(self.last)
                         if len(self.bound) >= self.expected:
                             self.done.set()
                             return
+                else:
+                    continue
+                version = self.api.list_namespaced_pod(
+                    self.namespace, limit=1
+                ).metadata.resource_version  # pods bound meanwhile: they are counted below
+                self._count_listed()
             except Exception:  # the server ended the watch early: go on from there
                 time.sleep(0.05)
+
+    def _count_listed(self) -> None:
+        """After a broken watch: count the bound pods a full list shows (raw JSON)."""
+        response = self.api.list_namespaced_pod(self.namespace, _preload_content=False)
+        for pod in json.loads(response.data)["items"]:
+            meta, node = pod["metadata"], pod["spec"].get("nodeName")
+            if node and meta["name"] not in self.bound:
+                self.bound[meta["name"]] = node
+                notes = meta.get("annotations") or {}
+                self.task[meta["name"]] = notes.get("escher.io/task-name", meta["name"])
+                self.last = time.perf_counter()
+        if len(self.bound) >= self.expected:
+            self.done.set()
+
+    def wait(self, timeout: float, label: str) -> bool:
+        """Wait for every pod to be bound, printing progress every `PROGRESS_SECONDS`."""
+        start = time.perf_counter()
+        while not self.done.wait(PROGRESS_SECONDS):
+            waited = time.perf_counter() - start
+            print(f"    ({label}: {len(self.bound)}/{self.expected} bound, "
+                  f"{waited:.0f} s waited)", flush=True)  # fmt: skip
+            if waited >= timeout:
+                return False
+        return True
 
 
 def violations(binds: Binds, groups: int) -> int:
@@ -174,7 +218,7 @@ def drain(cp: ControlPlane, namespace: str) -> None:
     """Delete the run's pods and wait until they are gone (an overloaded server may time
     out a collection delete that still goes on: ask again)."""
     api = cp.core_v1()
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + VARIANT_TIMEOUT
     while time.monotonic() < deadline:
         try:
             api.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
@@ -185,51 +229,78 @@ def drain(cp: ControlPlane, namespace: str) -> None:
         time.sleep(0.5)
 
 
-def cpu_seconds(cp: ControlPlane) -> float:
-    """CPU time used so far by this client and the control plane (etcd, kube-apiserver,
-    kube-scheduler): a cost the other processes on a shared machine do not blur."""
+#: The process classes whose CPU time is reported.
+CLASSES = ("client", "etcd", "kube-apiserver", "kube-scheduler")
+
+
+def cpu_seconds(cp: ControlPlane) -> dict[str, float]:
+    """CPU time used so far by this client and each control-plane process (etcd,
+    kube-apiserver, kube-scheduler): a cost the other processes on a shared machine do not
+    blur."""
     tick = os.sysconf("SC_CLK_TCK")
-    total = time.process_time()
-    for proc in cp._procs.values():  # the plane's child processes
+    used = {"client": time.process_time()}
+    for name, proc in cp._procs.items():  # the plane's child processes
         try:
             fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        total += (int(fields[11]) + int(fields[12])) / tick  # utime + stime
-    return total
+        used[name] = (int(fields[11]) + int(fields[12])) / tick  # utime + stime
+    return used
+
+
+def cpu_since(cp: ControlPlane, before: dict[str, float]) -> dict[str, float]:
+    """CPU seconds per process class since `before` (a `cpu_seconds` reading)."""
+    now = cpu_seconds(cp)
+    return {name: now.get(name, 0.0) - before.get(name, 0.0) for name in CLASSES}
 
 
 # --- ops ------------------------------------------------------------------------------------
 def create_nodes(cp: ControlPlane, count: int) -> None:
-    """createNodes with uniqueNodeLabelStrategy kubernetes.io/hostname."""
-    api = cp.core_v1()
-    for i in range(count):
+    """createNodes with uniqueNodeLabelStrategy kubernetes.io/hostname, from `CLIENTS`
+    parallel clients as scheduler_perf does."""
+    apis = [cp.core_v1() for _ in range(CLIENTS)]
+
+    def one(i: int) -> None:
         name = f"sp-node-{i:05d}"
-        add_fake_node(api, name, NODE_CAPACITY, labels={"bench": "sched-perf"})
+        add_fake_node(apis[i % CLIENTS], name, NODE_CAPACITY, labels={"bench": "sched-perf"})
+
+    with ThreadPoolExecutor(CLIENTS) as pool:
+        list(pool.map(one, range(count)))
+
+
+def native_pod(i: int, groups: int, namespace: str) -> dict[str, Any]:
+    """Pod i of the run: the template's anti-affinity with colour g<i % groups>."""
+    pod = copy.deepcopy(POD_TEMPLATE)
+    color = f"g{i % groups}"
+    pod["metadata"] = {"name": f"aa-{i}", "labels": {"color": color}}
+    term = pod["spec"]["affinity"]["podAntiAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ][0]
+    term["labelSelector"] = {"matchLabels": {"color": color}}
+    term["namespaces"] = [namespace]
+    pod["spec"]["nodeSelector"] = {"bench": "sched-perf"}
+    return pod
 
 
 def native(cp: ControlPlane, work: dict[str, int], groups: int) -> dict[str, Any]:
     namespace = f"sp-native-{uuid.uuid4().hex[:6]}"
     cp.create_namespace(namespace)
-    api = cp.core_v1()
     total = work["initPods"] + work["measurePods"]
-    binds = Binds(api, namespace, total).start()
+    binds = Binds(cp.core_v1(), namespace, total).start()
+    apis = [cp.core_v1() for _ in range(CLIENTS)]
+
+    def creator(k: int) -> None:  # client k creates pods k, k + CLIENTS, ... in order
+        for i in range(k, total, CLIENTS):
+            create(apis[k], namespace, native_pod(i, groups, namespace))
+
     cpu0 = cpu_seconds(cp)
     t0 = time.perf_counter()
-    for i in range(total):
-        pod = copy.deepcopy(POD_TEMPLATE)
-        color = f"g{i % groups}"
-        pod["metadata"] = {"name": f"aa-{i}", "labels": {"color": color}}
-        term = pod["spec"]["affinity"]["podAntiAffinity"][
-            "requiredDuringSchedulingIgnoredDuringExecution"
-        ][0]
-        term["labelSelector"] = {"matchLabels": {"color": color}}
-        term["namespaces"] = [namespace]
-        pod["spec"]["nodeSelector"] = {"bench": "sched-perf"}
-        create(api, namespace, pod)
-    ok = binds.done.wait(900)
-    result = _result(0.0, binds, t0, ok, violations(binds, groups))
-    result["cpu"] = cpu_seconds(cp) - cpu0
+    with ThreadPoolExecutor(CLIENTS) as pool:
+        list(pool.map(creator, range(CLIENTS)))
+    submitted = time.perf_counter() - t0
+    ok = binds.wait(VARIANT_TIMEOUT, "native")
+    result = _result(0.0, submitted, binds, t0, ok, violations(binds, groups))
+    result["cpus"] = cpu_since(cp, cpu0)
     drain(cp, namespace)
     return result
 
@@ -267,9 +338,10 @@ def escher(cp: ControlPlane, work: dict[str, int], groups: int, way: str) -> dic
                 resources=REQUEST + requests[j],
             )  # fmt: skip
             launchers[j].launch_spec(spec)
-        ok = binds.done.wait(900)
-        result = _result(setup, binds, t0, ok, violations(binds, groups))
-        result["cpu"] = cpu_seconds(cp) - cpu0
+        submitted = time.perf_counter() - t0
+        ok = binds.wait(VARIANT_TIMEOUT, way)
+        result = _result(setup, submitted, binds, t0, ok, violations(binds, groups))
+        result["cpus"] = cpu_since(cp, cpu0)
         result["node_writes"] = backend.node_writes
         drain(cp, namespace)
         for policy in policies:
@@ -279,22 +351,55 @@ def escher(cp: ControlPlane, work: dict[str, int], groups: int, way: str) -> dic
     return result
 
 
-def _result(setup: float, binds: Binds, t0: float, ok: bool, bad: int) -> dict[str, Any]:
-    e2e = binds.last - t0
-    return {"setup": setup, "bind": e2e - setup, "e2e": e2e, "ok": ok, "violations": bad}
+def _result(
+    setup: float, submitted: float, binds: Binds, t0: float, ok: bool, bad: int
+) -> dict[str, Any]:
+    """Times from t0: setup, every launch returned (`submit`), every pod bound (`e2e`), and
+    the longest pause between two binds (`gap`: scheduler back-off shows there)."""
+    e2e = (binds.last if ok else time.perf_counter()) - t0
+    times = [t0 + setup, *binds.times]
+    gap = max((b - a for a, b in itertools.pairwise(times)), default=0.0)
+    return {
+        "bound": len(binds.bound),
+        "setup": setup,
+        "submit": submitted,
+        "bind": e2e - setup,
+        "e2e": e2e,
+        "gap": gap,
+        "ok": ok,
+        "violations": bad,
+    }
 
 
 # --- rounds -----------------------------------------------------------------------------------
+def show(label: str, res: dict[str, Any], base: dict[str, Any] | None) -> None:
+    """One line per finished variant (printed at once: a long run shows its progress)."""
+    ratio = f"{res['e2e'] / base['e2e']:10.2f}x" if base else f"{'':>11}"
+    cpu_ratio = f"{res['cpu'] / base['cpu']:10.2f}x" if base else f"{'':>11}"
+    cpus = " ".join(f"{res['cpus'][name]:7.1f}" for name in CLASSES)
+    print(
+        f"{label:24}{res['setup']:9.2f}{res['bind']:9.2f}{res['e2e']:9.2f}{ratio}"
+        f"{res['cpu']:8.1f}{cpu_ratio} {cpus}{res.get('node_writes', 0):>8}"
+        f"{res['violations']:>6}{res['submit']:9.2f}{res['gap']:7.2f}"
+        + ("" if res["ok"] else f"  TIMED OUT ({res['bound']} bound)"),
+        flush=True,
+    )
+
+
 def run(cp: ControlPlane, workload: str, groups: int, rounds: int, pause: float) -> int:
     work = WORKLOADS[workload]
+    t0 = time.perf_counter()
     create_nodes(cp, work["initNodes"])
     print(
-        f"SchedulingPodAntiAffinity/{workload}: {work['initNodes']} nodes, {groups} groups, "
+        f"SchedulingPodAntiAffinity/{workload}: {work['initNodes']} nodes (created in "
+        f"{time.perf_counter() - t0:.1f} s by {CLIENTS} clients), {groups} groups, "
         f"{work['initPods']} init + {work['measurePods']} measured pods; {rounds} rounds, "
-        "variants alternate (order rotates each round)"
+        f"variants alternate (order rotates each round); load average {os.getloadavg()[0]:.1f}"
     )
-    print(f"{'round':>5} {'variant':18}{'setup s':>9}{'bind s':>9}{'e2e s':>9}{'vs native':>11}"
-          f"{'cpu s':>8}{'vs native':>11}{'writes':>8}{'violations':>12}")  # fmt: skip
+    cpu_head = " ".join(f"{name[-9:]:>7}" for name in CLASSES)
+    print(f"{'round variant':24}{'setup s':>9}{'bind s':>9}{'e2e s':>9}{'vs native':>11}"
+          f"{'cpu s':>8}{'vs native':>11} {cpu_head}{'writes':>8}{'bad':>6}"
+          f"{'submit s':>9}{'gap s':>7}")  # fmt: skip
     results: dict[str, list[dict[str, Any]]] = {v: [] for v in VARIANTS}
     failed = False
     for r in range(rounds):
@@ -302,31 +407,34 @@ def run(cp: ControlPlane, workload: str, groups: int, rounds: int, pause: float)
         this: dict[str, dict[str, Any]] = {}
         for variant in order:
             time.sleep(pause)
-            this[variant] = (
+            res = (
                 native(cp, work, groups)
                 if variant == "native"
                 else escher(cp, work, groups, variant)
             )
-        base, base_cpu = this["native"]["e2e"], this["native"]["cpu"]
+            res["cpu"] = sum(res["cpus"].values())
+            res["load"] = os.getloadavg()[0]
+            this[variant] = res
+            show(f"{r + 1:>5} {variant}", res, this.get("native"))
+            failed |= not res["ok"] or res["violations"] > 0
+        base = this["native"]
         for variant in VARIANTS:
             res = this[variant]
-            res["ratio"] = res["e2e"] / base
-            res["cpu_ratio"] = res["cpu"] / base_cpu
+            res["ratio"] = res["e2e"] / base["e2e"]
+            res["cpu_ratio"] = res["cpu"] / base["cpu"]
             results[variant].append(res)
-            failed |= not res["ok"] or res["violations"] > 0
-            print(
-                f"{r + 1:>5} {variant:18}{res['setup']:9.2f}{res['bind']:9.2f}{res['e2e']:9.2f}"
-                f"{res['ratio']:10.2f}x{res['cpu']:8.1f}{res['cpu_ratio']:10.2f}x"
-                f"{res.get('node_writes', 0):>8}{res['violations']:>12}"
-                + ("" if res["ok"] else "  TIMED OUT")
-            )
+        print(f"  round {r + 1} vs native: " + ", ".join(
+            f"{v} {this[v]['ratio']:.2f}x (CPU {this[v]['cpu_ratio']:.2f}x)" for v in VARIANTS[1:]
+        ) + f"; load average {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
     keys = ("setup", "bind", "e2e", "ratio", "cpu", "cpu_ratio")
     med = {v: {k: statistics.median(x[k] for x in results[v]) for k in keys} for v in VARIANTS}
     print(f"\nmedian of {rounds} rounds")
     for variant in VARIANTS:
         m = med[variant]
+        cpus = {n: statistics.median(x["cpus"][n] for x in results[variant]) for n in CLASSES}
         print(f"      {variant:18}{m['setup']:9.2f}{m['bind']:9.2f}{m['e2e']:9.2f}"
-              f"{m['ratio']:10.2f}x{m['cpu']:8.1f}{m['cpu_ratio']:10.2f}x")  # fmt: skip
+              f"{m['ratio']:10.2f}x{m['cpu']:8.1f}{m['cpu_ratio']:10.2f}x "
+              + " ".join(f"{cpus[n]:7.1f}" for n in CLASSES))  # fmt: skip
     per, one = med["escher-per-group"], med["escher-groups"]
     print(
         f"\nend to end vs native (median ratio): per-group {per['ratio']:.2f}x, groups "
@@ -340,12 +448,17 @@ def run(cp: ControlPlane, workload: str, groups: int, rounds: int, pause: float)
 
 
 def main() -> int:
+    global VARIANT_TIMEOUT
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workload", choices=sorted(WORKLOADS), default="100Nodes")
     parser.add_argument("--groups", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--pause", type=float, default=1.0, help="seconds between runs")
+    parser.add_argument(
+        "--timeout", type=float, default=VARIANT_TIMEOUT, help="seconds a variant may take"
+    )
     args = parser.parse_args()
+    VARIANT_TIMEOUT = args.timeout
     if not binaries_available():
         print("Kubernetes binaries missing: run scripts/provision-k8s.sh first.")
         return 2
