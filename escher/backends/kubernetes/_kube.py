@@ -116,7 +116,14 @@ class KubeApi:
     def get_node(self, name: str) -> dict[str, Any]:
         return self._call(self.core.read_node, name)  # type: ignore[no-any-return]
 
-    def list_nodes(self, label_selector: str | None = None) -> list[dict[str, Any]]:
+    def list_nodes(
+        self, label_selector: str | None = None, *, cached: bool = False
+    ) -> list[dict[str, Any]]:
+        """The nodes; ``cached``: from the API server's watch cache (``resourceVersion=0``,
+        no etcd read; at most a moment old), for periodic checks."""
+        if cached:
+            return self._items(self.core.list_node, label_selector=label_selector,
+                               resource_version="0")  # fmt: skip
         return self._items(self.core.list_node, label_selector=label_selector)
 
     def json_patch_node_status(self, name: str, ops: list[dict[str, Any]]) -> dict[str, Any]:

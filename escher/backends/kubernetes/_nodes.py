@@ -253,16 +253,34 @@ class NodeStore:
         return physical_fits(self.list_records(), request, self._names)
 
     def lost(self, nodes: Iterable[str]) -> dict[str, NodeRecord | None]:
-        """Of `nodes`, those that are gone (None) or not Ready (their record), by one LIST."""
+        """Of `nodes`, those that are gone (None) or not Ready (their record), by one LIST.
+
+        A periodic check: the list is served from the API server's watch cache (no etcd
+        read of every node each time) and only the asked nodes are parsed; what the store
+        remembers is left as it is (a cached list may be a moment old).
+        """
         wanted = set(nodes)
         if not wanted:
             return {}
-        present = {rec.name: rec for rec in self.list_records()}
-        return {
-            node: present.get(node)
-            for node in wanted
-            if node not in present or not present[node].ready
+        try:
+            items = patiently(
+                lambda: self._api.list_nodes(self._selector_text or None, cached=True),
+                self._patience,
+                "listing nodes",
+            )
+        except Exception as exc:
+            raise as_escher(exc, "listing nodes") from None
+        present = {
+            item["metadata"]["name"]: item
+            for item in items
+            if item.get("metadata", {}).get("name") in wanted
         }
+        lost: dict[str, NodeRecord | None] = {node: None for node in wanted - set(present)}
+        for node, item in present.items():
+            rec = NodeRecord.parse(item)
+            if not rec.ready:
+                lost[node] = rec
+        return lost
 
     # --- selection ----------------------------------------------------------------------------
     def targets(

@@ -426,3 +426,32 @@ def test_close_cancels_pods_that_never_started(k8s_cluster: Any) -> None:
     assert not k8s_cluster.api.list_namespaced_pod(
         k8s_cluster.namespace, label_selector=f"escher.io/session={short.session}"
     ).items
+
+
+def test_node_loss_check_reports_only_lost_nodes(k8s_cluster: Any) -> None:
+    """The periodic check (one LIST from the API server's cache, only the asked nodes
+    parsed): a deleted node is gone (None), a not-Ready one comes with its record, a Ready
+    one is not reported; what the backend remembers of the nodes is left as it was."""
+    gone = k8s_cluster.add_node("extra", prefix="k8s-lost")
+    sick = k8s_cluster.add_node("extra", prefix="k8s-sick")
+    backend = k8s_cluster.backend("extra")
+    try:
+        assert backend._nodes.lost([NODE, gone, sick]) == {}
+        k8s_cluster.api.delete_node(gone)
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        ready = {"type": "Ready", "status": "False", "reason": "KubeletStopped",
+                 "lastHeartbeatTime": now, "lastTransitionTime": now}  # fmt: skip
+        k8s_cluster.api.patch_node_status(sick, {"status": {"conditions": [ready]}})
+
+        def both_seen() -> bool:
+            lost = backend._nodes.lost([NODE, gone, sick, "k8s-never-was"])
+            return set(lost) == {gone, sick, "k8s-never-was"}
+
+        assert wait_until(both_seen, WAIT)  # the cache follows the writes within moments
+        lost = backend._nodes.lost([NODE, gone, sick])
+        assert lost[gone] is None
+        assert lost[sick] is not None and lost[sick].name == sick and not lost[sick].ready
+        assert backend._nodes.lost([]) == {}
+    finally:
+        backend.close()
+        k8s_cluster.api.delete_node(sick)
