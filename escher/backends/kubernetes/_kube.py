@@ -30,6 +30,20 @@ JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
 
 
+def _events(response: Any) -> Iterator[dict[str, Any]]:
+    """The JSON lines of a watch response, one event each, until the server ends it."""
+    try:
+        buffer = b""
+        for chunk in response.stream(64 * 1024, decode_content=False):
+            buffer += chunk
+            while b"\n" in buffer:
+                line, buffer = buffer.split(b"\n", 1)
+                if line.strip():
+                    yield json.loads(line)
+    finally:
+        response.release_conn()
+
+
 def connect(
     kubeconfig: str | None,
     context: str | None,
@@ -122,9 +136,35 @@ class KubeApi:
         """The nodes; ``cached``: from the API server's watch cache (``resourceVersion=0``,
         no etcd read; at most a moment old), for periodic checks."""
         if cached:
-            return self._items(self.core.list_node, label_selector=label_selector,
-                               resource_version="0")  # fmt: skip
+            return self.list_nodes_cached(label_selector)[0]
         return self._items(self.core.list_node, label_selector=label_selector)
+
+    def list_nodes_cached(self, label_selector: str | None) -> tuple[list[dict[str, Any]], str]:
+        """The nodes from the watch cache (``resourceVersion=0``) and the list's version."""
+        found = self._call(self.core.list_node, label_selector=label_selector,
+                           resource_version="0")  # fmt: skip
+        return list(found.get("items") or []), str(found["metadata"].get("resourceVersion", ""))
+
+    def watch_nodes(
+        self,
+        label_selector: str | None,
+        resource_version: str,
+        timeout_seconds: int,
+        on_response: Any = None,
+    ) -> Iterator[dict[str, Any]]:
+        """Stream node watch events (dicts with 'type' and 'object') until the server ends it."""
+        response = self.core.list_node(
+            label_selector=label_selector,
+            resource_version=resource_version,
+            timeout_seconds=timeout_seconds,
+            allow_watch_bookmarks=True,
+            watch=True,
+            _preload_content=False,
+            _request_timeout=(10, timeout_seconds + 10),
+        )
+        if on_response is not None:
+            on_response(response)
+        return _events(response)
 
     def json_patch_node_status(self, name: str, ops: list[dict[str, Any]]) -> dict[str, Any]:
         return self._call(  # type: ignore[no-any-return]
@@ -206,16 +246,7 @@ class KubeApi:
         )
         if on_response is not None:
             on_response(response)
-        try:
-            buffer = b""
-            for chunk in response.stream(64 * 1024, decode_content=False):
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    if line.strip():
-                        yield json.loads(line)
-        finally:
-            response.release_conn()
+        return _events(response)
 
     def list_events(self, namespace: str, field_selector: str) -> list[dict[str, Any]]:
         return self._items(

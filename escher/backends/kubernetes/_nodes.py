@@ -19,6 +19,7 @@ from typing import Any
 from escher.backends.kubernetes._errors import api_error, as_escher, message, unreachable
 from escher.backends.kubernetes._kube import ApiException, KubeApi
 from escher.backends.kubernetes._names import Names, format_quantity
+from escher.backends.kubernetes._node_watch import NodeWatch
 from escher.backends.kubernetes._retry import patiently, pause, transient
 from escher.backends.kubernetes._state import NodeRecord, Usage, build_state, physical_fits
 from escher.core.cluster import ClusterState
@@ -143,6 +144,8 @@ class NodeStore:
         self._pool: ThreadPoolExecutor | None = None
         self._all_namespaces = True
         self._listed_at = -float("inf")  # monotonic time of the last complete LIST
+        #: Existence and readiness of the eligible nodes, for the node-loss check.
+        self._watch = NodeWatch(api, self._selector_text or None)
         #: Write conflicts met (and retried), for tests and monitoring.
         self.conflicts = 0
 
@@ -253,15 +256,25 @@ class NodeStore:
         return physical_fits(self.list_records(), request, self._names)
 
     def lost(self, nodes: Iterable[str]) -> dict[str, NodeRecord | None]:
-        """Of `nodes`, those that are gone (None) or not Ready (their record), by one LIST.
+        """Of `nodes`, those that are gone (None) or not Ready (their record).
 
-        A periodic check: the list is served from the API server's watch cache (no etcd
-        read of every node each time) and only the asked nodes are parsed; what the store
-        remembers is left as it is (a cached list may be a moment old).
+        A periodic check: answered from the node watch (started on the first call), which
+        costs nothing while the nodes do not change; while the watch is not in step with
+        the server, from one LIST served by the API server's cache. What the store remembers
+        is left as it is (either may be a moment behind).
         """
         wanted = set(nodes)
         if not wanted:
             return {}
+        self._watch.start()
+        known = self._watch.records(wanted)
+        if known is None:
+            known = self._cached_records(wanted)
+        return {node: rec for node, rec in known.items() if rec is None or not rec.ready}
+
+    def _cached_records(self, wanted: set[str]) -> dict[str, NodeRecord | None]:
+        """Each of `wanted` -> its record or None, by one LIST from the API server's cache
+        (only the wanted nodes are parsed)."""
         try:
             items = patiently(
                 lambda: self._api.list_nodes(self._selector_text or None, cached=True),
@@ -270,17 +283,12 @@ class NodeStore:
             )
         except Exception as exc:
             raise as_escher(exc, "listing nodes") from None
-        present = {
-            item["metadata"]["name"]: item
-            for item in items
-            if item.get("metadata", {}).get("name") in wanted
-        }
-        lost: dict[str, NodeRecord | None] = {node: None for node in wanted - set(present)}
-        for node, item in present.items():
-            rec = NodeRecord.parse(item)
-            if not rec.ready:
-                lost[node] = rec
-        return lost
+        found: dict[str, NodeRecord | None] = dict.fromkeys(wanted)
+        for item in items:
+            if item.get("metadata", {}).get("name") in wanted:
+                rec = NodeRecord.parse(item)
+                found[rec.name] = rec
+        return found
 
     # --- selection ----------------------------------------------------------------------------
     def targets(
@@ -461,7 +469,8 @@ class NodeStore:
         time.sleep(min(0.5, 0.005 * 2**attempt) * (0.5 + random.random()))
 
     def close(self) -> None:
-        """Stop the writer threads (writes in flight finish first)."""
+        """Stop the node watch and the writer threads (writes in flight finish first)."""
+        self._watch.stop()
         with self._lock:
             pool, self._pool = self._pool, None
         if pool is not None:

@@ -429,9 +429,8 @@ def test_close_cancels_pods_that_never_started(k8s_cluster: Any) -> None:
 
 
 def test_node_loss_check_reports_only_lost_nodes(k8s_cluster: Any) -> None:
-    """The periodic check (one LIST from the API server's cache, only the asked nodes
-    parsed): a deleted node is gone (None), a not-Ready one comes with its record, a Ready
-    one is not reported; what the backend remembers of the nodes is left as it was."""
+    """The periodic check, answered by one node watch (no LIST per check): a deleted node
+    is gone (None), a not-Ready one comes with its record, a Ready one is not reported."""
     gone = k8s_cluster.add_node("extra", prefix="k8s-lost")
     sick = k8s_cluster.add_node("extra", prefix="k8s-sick")
     backend = k8s_cluster.backend("extra")
@@ -452,6 +451,10 @@ def test_node_loss_check_reports_only_lost_nodes(k8s_cluster: Any) -> None:
         assert lost[gone] is None
         assert lost[sick] is not None and lost[sick].name == sick and not lost[sick].ready
         assert backend._nodes.lost([]) == {}
+        watch = backend._nodes._watch
+        assert watch.records([NODE]) is not None and watch.lists == 1  # listed once, watched
+        backend.close()
+        assert watch.records([NODE]) is None  # stopped with the backend
     finally:
         backend.close()
         k8s_cluster.api.delete_node(sick)
