@@ -6,7 +6,8 @@ about 3 MB of JSON); a watch costs nothing while the nodes do not change. It lis
 (from the API server's cache), then watches from that resourceVersion; a watch that ends or
 breaks resumes from the last version it saw, a 410 Gone lists again. While it is not in step
 with the server (before the first list, after a failure until the watch is back) `records`
-answers None and the caller reads the nodes itself.
+answers None and the caller reads the nodes itself; so it does for good if the identity
+may not watch nodes (403).
 """
 
 from __future__ import annotations
@@ -85,6 +86,9 @@ class NodeWatch:
                 if exc.status == 410:
                     version = None  # too old for the server: list again
                     continue
+                if exc.status == 403:  # no `watch nodes` for this identity: checks list
+                    log.info("not allowed to watch nodes; the node check lists them instead")
+                    return
                 failures = self._failed(exc.status, failures)
             except Exception as exc:
                 self._out_of_step()
