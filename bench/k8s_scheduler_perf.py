@@ -174,14 +174,18 @@ class Binds:
         if len(self.bound) >= self.expected:
             self.done.set()
 
-    def wait(self, timeout: float, label: str) -> bool:
-        """Wait for every pod to be bound, printing progress every `PROGRESS_SECONDS`."""
-        start = time.perf_counter()
-        while not self.done.wait(PROGRESS_SECONDS):
-            waited = time.perf_counter() - start
-            print(f"    ({label}: {len(self.bound)}/{self.expected} bound, "
-                  f"{waited:.0f} s waited)", flush=True)  # fmt: skip
-            if waited >= timeout:
+    def wait(self, timeout: float, label: str, failed: Any = lambda: 0) -> bool:
+        """Wait for every pod to be bound, printing progress every `PROGRESS_SECONDS`;
+        False after `timeout`, or once the pods not bound are all launches that failed
+        (`failed()` counts them)."""
+        start = last = time.perf_counter()
+        while not self.done.wait(1.0):
+            now = time.perf_counter()
+            if now - last >= PROGRESS_SECONDS:
+                last = now
+                print(f"    ({label}: {len(self.bound)}/{self.expected} bound, "
+                      f"{now - start:.0f} s waited)", flush=True)  # fmt: skip
+            if now - start >= timeout or len(self.bound) + failed() >= self.expected:
                 self.done.set()  # the watch thread ends at its next event
                 return False
         return True
@@ -332,18 +336,24 @@ def escher(cp: ControlPlane, work: dict[str, int], groups: int, way: str) -> dic
         requests = [launcher.constraint().resources for launcher in launchers]
         backend.flush_writes()  # setup ends once the labels are on the nodes
         setup = time.perf_counter() - t0
+        refs: list[Any] = []
         for i in range(total):
             j = i % groups
             spec = TaskSpec(
                 None, image="k8s.gcr.io/pause:3.2", command=["/pause"], name=f"aa-{i}",
                 resources=REQUEST + requests[j],
             )  # fmt: skip
-            launchers[j].launch_spec(spec)
+            refs.append(launchers[j].launch_spec(spec))
         submitted = time.perf_counter() - t0
-        ok = binds.wait(VARIANT_TIMEOUT, way)
+
+        def failed() -> int:  # launches that ended without a pod (their create failed)
+            return sum(1 for ref in refs if ref.done())
+
+        ok = binds.wait(VARIANT_TIMEOUT, way, failed)
         result = _result(setup, submitted, binds, t0, ok, violations(binds, groups))
         result["cpus"] = cpu_since(cp, cpu0)
         result["node_writes"] = backend.node_writes
+        result["failed"] = failed()
         drain(cp, namespace)
         for policy in policies:
             policy.close()
@@ -382,7 +392,11 @@ def show(label: str, res: dict[str, Any], base: dict[str, Any] | None) -> None:
         f"{label:24}{res['setup']:9.2f}{res['bind']:9.2f}{res['e2e']:9.2f}{ratio}"
         f"{res['cpu']:8.1f}{cpu_ratio} {cpus}{res.get('node_writes', 0):>8}"
         f"{res['violations']:>6}{res['submit']:9.2f}{res['gap']:7.2f}"
-        + ("" if res["ok"] else f"  TIMED OUT ({res['bound']} bound)"),
+        + (
+            ""
+            if res["ok"]
+            else f"  NOT ALL BOUND ({res['bound']} bound, {res.get('failed', 0)} launches failed)"
+        ),
         flush=True,
     )
 
