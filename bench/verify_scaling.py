@@ -467,6 +467,50 @@ def colouring_windows(
     return plan, {"nodes": nodes}, clique <= n_nodes
 
 
+def colouring_balanced(
+    n_tasks: int, n_nodes: int, pairs: int, clique: int, seed: int, equitable: bool = False
+) -> tuple[Plan, Any, bool]:
+    """A third construction of colouring (col3): equal hidden colour classes, and pairs
+    drawn so that every task has about the same number of separations (each task takes its
+    turn to pick a partner of another colour among the tasks with the fewest so far), not
+    uniformly at random; the separations are written in random order with the two tasks in
+    random order. With `equitable`, each node holds exactly n_tasks / n_nodes tasks (the
+    capacity leaves no slack), so only balanced colourings fit; `clique` > 0 adds that many
+    tasks pairwise separated, each also separated from two of the others."""
+    rng = random.Random(seed * 7349 + 11)
+    colour = [i % n_nodes for i in range(n_tasks)]
+    rng.shuffle(colour)
+    degree = [0] * n_tasks
+    seen: set[tuple[int, int]] = set()
+    while len(seen) < pairs:
+        a = min(rng.sample(range(n_tasks), 3), key=lambda t: degree[t])
+        pool = [b for b in rng.sample(range(n_tasks), 8) if colour[b] != colour[a]]
+        if not pool:
+            continue
+        b = min(pool, key=lambda t: degree[t])
+        key = (min(a, b), max(a, b))
+        if key not in seen:
+            seen.add(key)
+            degree[a] += 1
+            degree[b] += 1
+    plan = Plan()
+    names = [f"v{i:04d}" for i in range(n_tasks)]
+    members = [f"w{j}" for j in range(clique)]
+    total = n_tasks + clique
+    for name in names + members:
+        plan.add_task(name, {"CPU": 1}, source=f"service {name}")
+    edges = [(names[a], names[b]) for a, b in seen]
+    edges += list(itertools.combinations(members, 2))
+    edges += [(m, names[rng.randrange(n_tasks)]) for m in members for _ in range(2)]
+    rng.shuffle(edges)
+    for x, y in edges:
+        pair = (x, y) if rng.random() < 0.5 else (y, x)
+        plan.add_intent(Separated(pair, source=f"Spread({pair[0]}, {pair[1]})"))
+    cap = -(-total // n_nodes) if equitable else total
+    nodes = [{"id": f"e{i:03d}", "total": {"CPU": cap}} for i in range(n_nodes)]
+    return plan, {"nodes": nodes}, clique <= n_nodes
+
+
 def gpus_slots(n_nodes: int, seed: int, feasible: bool) -> tuple[Plan, Any, bool]:
     """A second construction of fragmentation (g2): 4-, 6- and 10-GPU nodes hold at most 1,
     1 and 2 tasks of 4 or 5 GPUs, and the packing fills every such slot (leaving 0-2 GPUs

@@ -40,6 +40,10 @@ SAT_SOLVER = "glucose4"
 #: Largest number of (copy, node) Booleans the SAT model is built with.
 SAT_LIMIT = 60_000
 
+#: Literals x bound of a cardinality past which it is encoded as a cardinality network,
+#: not a sequential counter.
+SEQCOUNTER_CELLS = 50_000
+
 #: Vertices the clique search starts from (the highest degrees).
 CLIQUE_STARTS = 200
 
@@ -416,7 +420,12 @@ def _clauses(m: _Model, deadline: float, stop: threading.Event) -> tuple[str, An
     top = m.n
     cards = []
     for lits, k, why in m.atmost:
-        enc = CardEnc.atmost(lits, bound=k, top_id=top, encoding=EncType.seqcounter)
+        if time.monotonic() > deadline or stop.is_set():
+            return ("unknown", "timeout while building the 0/1 model")
+        # a sequential counter has len x k clauses: 1,000 copies at most 250 per node
+        # would be a million; a cardinality network stays near len x log^2 k
+        kind = EncType.seqcounter if len(lits) * k <= SEQCOUNTER_CELLS else EncType.cardnetwrk
+        enc = CardEnc.atmost(lits, bound=k, top_id=top, encoding=kind)
         top = max(top, enc.nv)
         cards.append((enc.clauses, why))
     sel = _selectors(m, top + 1)
