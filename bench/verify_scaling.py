@@ -26,7 +26,9 @@ Families (expected verdict by construction):
 Engine-table families written twice, by two constructions (`--engines`): g/g-ok and g2/g2-ok
 (fragmentation with other GPU shapes), p and p2 (five resources at 98-100%, ~100 shapes),
 col* and col2* (colouring: random pairs vs a banded ring of pairs and triangles, each with
-and without a clique larger than the nodes).
+and without a clique larger than the nodes), and at 1,000 tasks on 4 nodes col-m* and col3*
+(random vs degree-balanced pairs; -k with a 5-clique, -e with capacities that admit only
+an equitable colouring).
 
 After the table: per family and size run both ways, the default path's time for the plan
 written one entry per task over its time for the same plan with replicas (same run). With
@@ -633,6 +635,7 @@ def instances(quick: bool, seed: int) -> list[tuple[str, int, Any]]:
 ENGINE_FAMILIES = [
     *("g", "g-ok", "g2", "g2-ok", "d", "t", "t-short", "p", "p2"),
     *("col", "col-k", "col-s", "col-l", "col2", "col2-k", "col2-l"),
+    *("col-m", "col-mk", "col-me", "col3", "col3-k", "col3-e"),
 ]
 
 
@@ -663,7 +666,30 @@ def engine_instances(seed: int, big: bool) -> list[tuple[str, int, Any]]:
     out.append(("col2", 4, lambda: colouring_windows(120, 4, 600, 0, seed)))
     out.append(("col2-k", 4, lambda: colouring_windows(120, 4, 600, 5, seed)))
     out.append(("col2-l", 4, lambda: colouring_windows(1000, 4, 5000, 0, seed)))
+    out += colouring_instances(seed)
     return out
+
+
+def colouring_instances(seed: int) -> list[tuple[str, int, Any]]:
+    """Colouring at 1,000 tasks on 4 nodes, ~5,000 separated pairs, by the three
+    constructions: col-m (random pairs) and col-mk (with a 5-clique: infeasible), col-me
+    (random pairs, each node holding exactly 250 tasks: an equitable colouring), col3
+    (degree-balanced pairs), col3-k (with a 5-clique) and col3-e (equitable)."""
+
+    def equitable(made: tuple[Plan, Any, bool]) -> tuple[Plan, Any, bool]:
+        plan, cluster, ok = made
+        for node in cluster["nodes"]:
+            node["total"] = {"CPU": 250, "memory": 500}
+        return plan, cluster, ok
+
+    return [
+        ("col-m", 4, lambda: colouring(1000, 4, 5000, 0, seed)),
+        ("col-mk", 4, lambda: colouring(1000, 4, 5000, 5, seed)),
+        ("col-me", 4, lambda: equitable(colouring(1000, 4, 5000, 0, seed))),
+        ("col3", 4, lambda: colouring_balanced(1000, 4, 5000, 0, seed)),
+        ("col3-k", 4, lambda: colouring_balanced(1000, 4, 5000, 5, seed)),
+        ("col3-e", 4, lambda: colouring_balanced(1000, 4, 5000, 0, seed, equitable=True)),
+    ]
 
 
 def _without_optional() -> None:
