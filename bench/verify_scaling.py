@@ -26,7 +26,9 @@ Families (expected verdict by construction):
 Engine-table families written twice, by two constructions (`--engines`): g/g-ok and g2/g2-ok
 (fragmentation with other GPU shapes), p and p2 (five resources at 98-100%, ~100 shapes),
 col* and col2* (colouring: random pairs vs a banded ring of pairs and triangles, each with
-and without a clique larger than the nodes).
+and without a clique larger than the nodes), and at 1,000 tasks on 4 nodes col-m* and col3*
+(random vs degree-balanced pairs; -k with a 5-clique, -e with capacities that admit only
+an equitable colouring).
 
 After the table: per family and size run both ways, the default path's time for the plan
 written one entry per task over its time for the same plan with replicas (same run). With
@@ -467,6 +469,50 @@ def colouring_windows(
     return plan, {"nodes": nodes}, clique <= n_nodes
 
 
+def colouring_balanced(
+    n_tasks: int, n_nodes: int, pairs: int, clique: int, seed: int, equitable: bool = False
+) -> tuple[Plan, Any, bool]:
+    """A third construction of colouring (col3): equal hidden colour classes, and pairs
+    drawn so that every task has about the same number of separations (each task takes its
+    turn to pick a partner of another colour among the tasks with the fewest so far), not
+    uniformly at random; the separations are written in random order with the two tasks in
+    random order. With `equitable`, each node holds exactly n_tasks / n_nodes tasks (the
+    capacity leaves no slack), so only balanced colourings fit; `clique` > 0 adds that many
+    tasks pairwise separated, each also separated from two of the others."""
+    rng = random.Random(seed * 7349 + 11)
+    colour = [i % n_nodes for i in range(n_tasks)]
+    rng.shuffle(colour)
+    degree = [0] * n_tasks
+    seen: set[tuple[int, int]] = set()
+    while len(seen) < pairs:
+        a = min(rng.sample(range(n_tasks), 3), key=lambda t: degree[t])
+        pool = [b for b in rng.sample(range(n_tasks), 8) if colour[b] != colour[a]]
+        if not pool:
+            continue
+        b = min(pool, key=lambda t: degree[t])
+        key = (min(a, b), max(a, b))
+        if key not in seen:
+            seen.add(key)
+            degree[a] += 1
+            degree[b] += 1
+    plan = Plan()
+    names = [f"v{i:04d}" for i in range(n_tasks)]
+    members = [f"w{j}" for j in range(clique)]
+    total = n_tasks + clique
+    for name in names + members:
+        plan.add_task(name, {"CPU": 1}, source=f"service {name}")
+    edges = [(names[a], names[b]) for a, b in seen]
+    edges += list(itertools.combinations(members, 2))
+    edges += [(m, names[rng.randrange(n_tasks)]) for m in members for _ in range(2)]
+    rng.shuffle(edges)
+    for x, y in edges:
+        pair = (x, y) if rng.random() < 0.5 else (y, x)
+        plan.add_intent(Separated(pair, source=f"Spread({pair[0]}, {pair[1]})"))
+    cap = -(-total // n_nodes) if equitable else total
+    nodes = [{"id": f"e{i:03d}", "total": {"CPU": cap}} for i in range(n_nodes)]
+    return plan, {"nodes": nodes}, clique <= n_nodes
+
+
 def gpus_slots(n_nodes: int, seed: int, feasible: bool) -> tuple[Plan, Any, bool]:
     """A second construction of fragmentation (g2): 4-, 6- and 10-GPU nodes hold at most 1,
     1 and 2 tasks of 4 or 5 GPUs, and the packing fills every such slot (leaving 0-2 GPUs
@@ -589,6 +635,7 @@ def instances(quick: bool, seed: int) -> list[tuple[str, int, Any]]:
 ENGINE_FAMILIES = [
     *("g", "g-ok", "g2", "g2-ok", "d", "t", "t-short", "p", "p2"),
     *("col", "col-k", "col-s", "col-l", "col2", "col2-k", "col2-l"),
+    *("col-m", "col-mk", "col-me", "col3", "col3-k", "col3-e"),
 ]
 
 
@@ -619,7 +666,30 @@ def engine_instances(seed: int, big: bool) -> list[tuple[str, int, Any]]:
     out.append(("col2", 4, lambda: colouring_windows(120, 4, 600, 0, seed)))
     out.append(("col2-k", 4, lambda: colouring_windows(120, 4, 600, 5, seed)))
     out.append(("col2-l", 4, lambda: colouring_windows(1000, 4, 5000, 0, seed)))
+    out += colouring_instances(seed)
     return out
+
+
+def colouring_instances(seed: int) -> list[tuple[str, int, Any]]:
+    """Colouring at 1,000 tasks on 4 nodes, ~5,000 separated pairs, by the three
+    constructions: col-m (random pairs) and col-mk (with a 5-clique: infeasible), col-me
+    (random pairs, each node holding exactly 250 tasks: an equitable colouring), col3
+    (degree-balanced pairs), col3-k (with a 5-clique) and col3-e (equitable)."""
+
+    def equitable(made: tuple[Plan, Any, bool]) -> tuple[Plan, Any, bool]:
+        plan, cluster, ok = made
+        for node in cluster["nodes"]:
+            node["total"] = {"CPU": 250, "memory": 500}
+        return plan, cluster, ok
+
+    return [
+        ("col-m", 4, lambda: colouring(1000, 4, 5000, 0, seed)),
+        ("col-mk", 4, lambda: colouring(1000, 4, 5000, 5, seed)),
+        ("col-me", 4, lambda: equitable(colouring(1000, 4, 5000, 0, seed))),
+        ("col3", 4, lambda: colouring_balanced(1000, 4, 5000, 0, seed)),
+        ("col3-k", 4, lambda: colouring_balanced(1000, 4, 5000, 5, seed)),
+        ("col3-e", 4, lambda: colouring_balanced(1000, 4, 5000, 0, seed, equitable=True)),
+    ]
 
 
 def _without_optional() -> None:

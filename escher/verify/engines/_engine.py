@@ -56,9 +56,10 @@ SAT_GRACE = 1.0
 #: Share of the time left that the 0/1 model of a separation graph may use.
 GRAPH_SHARE = 0.5
 
-#: Share of the time left that each colouring heuristic (DSatur, Tabucol) may use, and
-#: its most seconds: Tabucol colours the planted 120-task colourings of the bench in
-#: under 0.1 s; past 2 s the SAT model is the better bet (docs/verify-engines.md).
+#: Share of the time left that DSatur may use, and the seconds of the first try of the
+#: local search (each next try doubles them): Tabucol colours the planted 120-task
+#: colourings of the bench in under 0.1 s, belief propagation + Tabucol the 1,000-task
+#: ones in under 0.5 s of CPU (docs/verify-engines.md).
 TABU_SHARE = 0.25
 TABU_SECONDS = 2.0
 
@@ -152,10 +153,11 @@ def _greedy_stage(run: _Run) -> Decision | None:
     return None
 
 
-def _graph_stage(run: _Run) -> Decision | None:
-    """Pairwise separations as a graph: DSatur first (milliseconds), then Tabucol and the
-    exact 0/1 model side by side (the SAT solver releases the GIL): the first definite
-    answer wins and the other is stopped at once."""
+def _graph_stage(run: _Run, share: float = GRAPH_SHARE) -> Decision | None:
+    """Pairwise separations as a graph: DSatur first (milliseconds), then the local search
+    (`_local_search`: belief propagation and Tabucol) and the exact 0/1 model side by side
+    (the SAT solver releases the GIL): the first definite answer wins and the other is
+    stopped at once."""
     from escher.verify.engines import _graph
 
     if not _graph.applicable(run.p):
@@ -163,12 +165,16 @@ def _graph_stage(run: _Run) -> Decision | None:
     g = _graph.conflict_graph(run.p)
     if g is None:
         return None
+    until = time.monotonic() + max(0.0, run.left()) * TABU_SHARE
+    clique = run.timed("graph", partial(_graph.graph_clique_conflict, run.p, g, until))
+    if clique is not None:  # the pre-checks' search had a fraction of a second
+        return run.infeasible(clique.core, "clique of separations", clique.cause)
     until = time.monotonic() + min(TABU_SECONDS, max(0.0, run.left()) * TABU_SHARE)
     fixed = run.timed("graph", partial(_graph.colour, run.p, g, until))
     got = _around(run, fixed, "graph colouring (DSatur) + greedy")
     if got is not None:
         return got
-    sat_until = time.monotonic() + max(0.0, run.left()) * GRAPH_SHARE
+    sat_until = time.monotonic() + max(0.0, run.left()) * share
     stop_sat, stop_tabu = threading.Event(), threading.Event()
     answer: list[tuple[str, Any]] = []
 
@@ -183,9 +189,7 @@ def _graph_stage(run: _Run) -> Decision | None:
     worker.start()
     got = None
     try:
-        until = time.monotonic() + min(TABU_SECONDS, max(0.0, run.left()) * TABU_SHARE)
-        fixed = run.timed("graph", partial(_graph.tabu_colour, run.p, g, until, stop_tabu))
-        got = _around(run, fixed, "graph colouring (Tabucol) + greedy")
+        got = _local_search(run, g, min(sat_until, run.deadline), stop_tabu)
     finally:
         if got is not None:
             stop_sat.set()
@@ -201,6 +205,30 @@ def _graph_stage(run: _Run) -> Decision | None:
     if status == "sat":
         return run.found(data, "0/1 model (SAT)")
     run.notes.append(f"0/1 model: {data}")
+    return None
+
+
+def _local_search(run: _Run, g: Any, until: float, stop: threading.Event) -> Decision | None:
+    """Colourings by local search until `until` or `stop`: per seed, belief propagation
+    then Tabucol from its colouring (planted colourings of 1,000 tasks in a fraction of a
+    second), then Tabucol from a random start. Each try may take twice as long as the one
+    before (`TABU_SECONDS` the first), so a loaded machine slows the search, not stops it."""
+    from escher.verify.engines import _graph
+
+    seed = 0
+    while time.monotonic() < until and not stop.is_set():
+        for method, colour in (
+            ("graph colouring (beliefs + Tabucol) + greedy", _graph.propagated_colour),
+            ("graph colouring (Tabucol) + greedy", _graph.tabu_colour),
+        ):
+            try_until = min(until, time.monotonic() + TABU_SECONDS * 2**seed)
+            fixed = run.timed("graph", partial(colour, run.p, g, try_until, stop, seed))
+            got = _around(run, fixed, method)
+            if got is not None:
+                return got
+            if stop.is_set() or time.monotonic() >= until:
+                return None
+        seed += 1
     return None
 
 
@@ -494,6 +522,11 @@ def _search_lane(run: _Run) -> Decision | None:
     return _dive_stage(run) or _search_stage(run, share_of_left=1.0)
 
 
+def _graph_lane(run: _Run) -> Decision | None:
+    """The graph engine in a lane of its own: the whole time left."""
+    return _graph_stage(run, share=1.0)
+
+
 def _z3_lane(run: _Run) -> Decision | None:
     """Z3 in a lane of its own: counts per node type, then the model per node."""
     return _relaxed_stage(run) or _exact_stage(run)
@@ -510,7 +543,7 @@ def _lanes(run: _Run) -> dict[str, Callable[[_Run], Decision | None]]:
 
     lanes: dict[str, Callable[[_Run], Decision | None]] = {}
     if _graph.applicable(run.p):
-        lanes["graph"] = _graph_stage
+        lanes["graph"] = _graph_lane
     else:
         if run.packing is not None:
             lanes["search"] = _search_lane

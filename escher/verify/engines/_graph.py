@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,8 +40,17 @@ SAT_SOLVER = "glucose4"
 #: Largest number of (copy, node) Booleans the SAT model is built with.
 SAT_LIMIT = 60_000
 
+#: Literals x bound of a cardinality past which it is encoded as a cardinality network,
+#: not a sequential counter.
+SEQCOUNTER_CELLS = 50_000
+
 #: Vertices the clique search starts from (the highest degrees).
 CLIQUE_STARTS = 200
+
+#: CPU seconds the exact clique search may take past its deadline: on a loaded machine
+#: (load 50 on 2 cores) the pre-checks' 0.2 s of wall clock were less than the 17 ms of
+#: CPU that a 1,000-task graph needs, and a 5-clique went unseen.
+CLIQUE_MIN_CPU = 0.05
 
 #: Copies and edges in the graph at most (beyond that, the graph engines leave the problem
 #: alone: one `Separated` over 1,000 replicas alone would be 499,500 edges, and the
@@ -127,7 +136,34 @@ def _nodes_of(p: Problem, i: int) -> set[int]:
 
 
 def max_clique(g: Graph, deadline: float) -> list[int]:
-    """A large clique: greedily grown from the highest-degree vertices."""
+    """A largest clique, or a large one when `deadline` has passed and the search has had
+    `CLIQUE_MIN_CPU` of CPU.
+
+    Grown greedily from the highest-degree vertices first (a bound to prune with), then
+    searched exactly per vertex among its neighbours later in a degeneracy order (in a
+    sparse graph a handful each): a small clique among low-degree vertices (five tasks
+    apart from one another in a graph of 1,000) is found as surely as a dense one.
+    """
+    cpu0 = time.process_time()
+
+    def over() -> bool:
+        return time.monotonic() > deadline and time.process_time() - cpu0 >= CLIQUE_MIN_CPU
+
+    best = _greedy_clique(g, deadline)
+    order = _degeneracy_order(g)
+    pos = {v: k for k, v in enumerate(order)}
+    for v in order:
+        if over():
+            break
+        later = {u for u in g.adj[v] if pos[u] > pos[v]}
+        if len(later) + 1 > len(best):
+            found = _grow(g, [v], later, len(best), over)
+            if found is not None:
+                best = found
+    return best
+
+
+def _greedy_clique(g: Graph, deadline: float) -> list[int]:
     order = sorted(range(len(g.item)), key=lambda v: -len(g.adj[v]))
     best: list[int] = []
     for v in order[:CLIQUE_STARTS]:
@@ -145,6 +181,47 @@ def max_clique(g: Graph, deadline: float) -> list[int]:
     return best
 
 
+def _degeneracy_order(g: Graph) -> list[int]:
+    """Vertices in the order of removing one of least remaining degree each time."""
+    import heapq
+
+    degree = [len(a) for a in g.adj]
+    heap = [(d, v) for v, d in enumerate(degree)]
+    heapq.heapify(heap)
+    done = [False] * len(degree)
+    order: list[int] = []
+    while heap:
+        d, v = heapq.heappop(heap)
+        if done[v] or d != degree[v]:
+            continue
+        done[v] = True
+        order.append(v)
+        for u in g.adj[v]:
+            if not done[u]:
+                degree[u] -= 1
+                heapq.heappush(heap, (degree[u], u))
+    return order
+
+
+def _grow(
+    g: Graph, clique: list[int], cand: set[int], beat: int, over: Callable[[], bool]
+) -> list[int] | None:
+    """A clique larger than `beat` extending `clique` with vertices of `cand` (all adjacent
+    to every vertex of `clique`), the largest found; None when there is none (or `over`
+    said the time is up)."""
+    if not cand:
+        return list(clique) if len(clique) > beat else None
+    best: list[int] | None = None
+    for w in sorted(cand, key=lambda u: -len(g.adj[u] & cand)):
+        if len(clique) + len(cand) <= beat or over():
+            break
+        found = _grow(g, [*clique, w], cand & g.adj[w], beat, over)
+        if found is not None:
+            best, beat = found, len(found)
+        cand = cand - {w}
+    return best
+
+
 @dataclass(frozen=True)
 class CliqueConflict:
     """Copies that must all be on different nodes, more than the nodes they may use."""
@@ -158,8 +235,11 @@ def clique_conflict(p: Problem, deadline: float) -> CliqueConflict | None:
     if not applicable(p):
         return None
     g = conflict_graph(p)
-    if g is None:
-        return None
+    return None if g is None else graph_clique_conflict(p, g, deadline)
+
+
+def graph_clique_conflict(p: Problem, g: Graph, deadline: float) -> CliqueConflict | None:
+    """`clique_conflict` on the graph `g` of `p`, already built."""
     clique = max_clique(g, deadline)
     nodes: set[int] = set()
     for v in clique:
@@ -351,7 +431,12 @@ def _clauses(m: _Model, deadline: float, stop: threading.Event) -> tuple[str, An
     top = m.n
     cards = []
     for lits, k, why in m.atmost:
-        enc = CardEnc.atmost(lits, bound=k, top_id=top, encoding=EncType.seqcounter)
+        if time.monotonic() > deadline or stop.is_set():
+            return ("unknown", "timeout while building the 0/1 model")
+        # a sequential counter has len x k clauses: 1,000 copies at most 250 per node
+        # would be a million; a cardinality network stays near len x log^2 k
+        kind = EncType.seqcounter if len(lits) * k <= SEQCOUNTER_CELLS else EncType.cardnetwrk
+        enc = CardEnc.atmost(lits, bound=k, top_id=top, encoding=kind)
         top = max(top, enc.nv)
         cards.append((enc.clauses, why))
     sel = _selectors(m, top + 1)
@@ -578,17 +663,23 @@ TABU_RANDOM = 10
 
 
 def tabu_colour(
-    p: Problem, g: Graph, deadline: float, stop: threading.Event | None = None, seed: int = 0
+    p: Problem,
+    g: Graph,
+    deadline: float,
+    stop: threading.Event | None = None,
+    seed: int = 0,
+    start: list[int] | None = None,
 ) -> Placement | None:
     """Tabucol (Hertz and de Werra; Galinier and Hao's tenure): a local search over
     colourings (nodes) that moves one conflicting copy at a time to the node with the fewest
     conflicts, not back to a node it left recently unless that gives the fewest conflicts
     yet. Planted colourings that DSatur misses are found in a fraction of a second. Ignores
-    capacities; the caller checks the placement. None at `deadline` or once `stop` is set."""
+    capacities; the caller checks the placement. None at `deadline` or once `stop` is set.
+    `start`: a node per vertex to begin from (else random)."""
     nodes = [sorted(_nodes_of(p, g.item[v])) for v in range(len(g.item))]
     if any(not ns for ns in nodes):
         return None
-    tabu = _Tabu(g, nodes, len(p.node_ids), seed)
+    tabu = _Tabu(g, nodes, len(p.node_ids), seed, start)
     while tabu.bad:
         if tabu.step & 255 == 0 and (
             time.monotonic() > deadline or (stop is not None and stop.is_set())
@@ -605,13 +696,20 @@ class _Tabu:
     """The state of a Tabucol run: a node per copy, and per copy and node how many
     neighbours are there."""
 
-    def __init__(self, g: Graph, nodes: list[list[int]], n_nodes: int, seed: int) -> None:
+    def __init__(
+        self,
+        g: Graph,
+        nodes: list[list[int]],
+        n_nodes: int,
+        seed: int,
+        start: list[int] | None = None,
+    ) -> None:
         import random
 
         self.rng = random.Random(seed)
         self.nodes = nodes
         self.adj = [list(a) for a in g.adj]
-        self.col = [self.rng.choice(ns) for ns in nodes]
+        self.col = list(start) if start is not None else [self.rng.choice(ns) for ns in nodes]
         self.gamma = [[0] * n_nodes for _ in nodes]
         for v, near in enumerate(self.adj):
             for u in near:
@@ -665,3 +763,24 @@ class _Tabu:
                 elif delta == best:
                     moves.append((v, c))
         return best, moves
+
+
+def propagated_colour(
+    p: Problem,
+    g: Graph,
+    deadline: float,
+    stop: threading.Event | None = None,
+    seed: int = 0,
+) -> Placement | None:
+    """Belief propagation's colouring (`_propagation`), then Tabucol from it to remove the
+    conflicts left; None when the beliefs did not converge, at `deadline`, or once `stop`
+    is set. Capacities are left to the caller's check, as in `tabu_colour`."""
+    from escher.verify.engines._propagation import beliefs_colouring
+
+    nodes = [sorted(_nodes_of(p, g.item[v])) for v in range(len(g.item))]
+    if any(not ns for ns in nodes):
+        return None
+    start = beliefs_colouring(list(g.why), nodes, len(p.node_ids), deadline, seed)
+    if start is None or (stop is not None and stop.is_set()):
+        return None
+    return tabu_colour(p, g, deadline, stop, seed, start)
