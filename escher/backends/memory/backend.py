@@ -76,7 +76,7 @@ def _no_single_node(request: Resources) -> str:
     return f"no single node has {request.to_dict()} available"
 
 
-def _none_has(missing: list[str], known: frozenset[str]) -> str:
+def _none_has(missing: list[str], known: set[str]) -> str:
     meant = dict(resource_suggestions(missing, known))
     named = (f"{n} (did you mean {meant[n]!r}?)" if n in meant else n for n in missing)
     return "no node has " + ", ".join(named) + " available"
@@ -334,7 +334,7 @@ class MemoryBackend(Backend):
         missing = [name for name in request if name not in free]
         if not missing:
             return functools.partial(_no_single_node, request)
-        return functools.partial(_none_has, missing, frozenset(self._known_names()))
+        return functools.partial(_none_has, missing, self._known_names())  # a fresh set
 
     def _place_locked(self) -> list[_Running]:
         """Place what fits now (gangs first, then the queue); record them as running."""
