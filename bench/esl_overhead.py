@@ -6,9 +6,17 @@ in the same run. The gang rows use the real-time backend (ghost reservations blo
 their own real-time baseline. Usage: python bench/esl_overhead.py [--quick]
 
 Every row's work per task is flat from 800 to 4000 tasks. cProfile call counts per task at
-800 tasks (steadier than the wall-clock rates of a busy machine): none ~300, colocation ~710,
-unknown_group ~750, lb_and_colocation ~1270, bin_packing ~680, gang_native ~300,
-domain_anti_affinity ~1270, domain_spread ~930, domain_colocation ~780, preferences ~3100.
+800 tasks (steadier than the wall-clock rates of a busy machine): none ~300, colocation ~720,
+unknown_group ~770, lb_and_colocation ~1280, bin_packing ~680, gang_native ~430,
+domain_anti_affinity ~1300, domain_spread ~930, domain_colocation ~800, preferences ~3100.
+colocation and lb_and_colocation ran at 0.01-0.03x (12,100 and 25,000 calls per task): each
+member launched while its group waits for room requests the group's label, which no node has
+yet, and the memory backend worded that wait's status at once, with did-you-mean suggestions
+(an edit distance to every resource name, growing with the labels): 85% of the run. The
+reason is now worded when read (`escher.why`, `ref.status`), with the names known at launch:
+colocation 0.02x -> 0.28x and lb_and_colocation 0.01x -> 0.18x (medians of 7 alternating
+--quick runs against the tree before, loaded machine; CPU time 36x -> 2.6x and 74x -> 4.3x
+that of no policy).
 What remains below 1.0x is per-group or per-launch work the policy needs: a known group takes
 a cluster snapshot to choose its node, creates its label and deletes it when its members are
 done, and is a request shape of its own in the queue; an unknown group's first member sets the

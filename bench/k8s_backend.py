@@ -32,21 +32,19 @@ import sys
 import threading
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+import _setup  # noqa: F401 - this checkout first on sys.path
 
-from escher.backends.kubernetes import KubernetesBackend  # noqa: E402
-from escher.backends.kubernetes._kube import KubeApi  # noqa: E402
-from escher.backends.kubernetes._names import Names, parse_quantity  # noqa: E402
-from escher.backends.kubernetes._payload import TASK_ENV, encode_task  # noqa: E402
-from escher.backends.kubernetes._pods import RUNNER_COMMAND, build_pod  # noqa: E402
-from escher.core.resources import Resources  # noqa: E402
-from escher.core.task import TaskSpec  # noqa: E402
-from escher.esl import DataLocality  # noqa: E402
-from tests.support.k8s_control_plane import (  # noqa: E402
+from escher.backends.kubernetes import KubernetesBackend
+from escher.backends.kubernetes._kube import KubeApi
+from escher.backends.kubernetes._names import Names, parse_quantity
+from escher.backends.kubernetes._payload import TASK_ENV, encode_task
+from escher.backends.kubernetes._pods import RUNNER_COMMAND, build_pod
+from escher.core.resources import Resources
+from escher.core.task import TaskSpec
+from escher.esl import DataLocality
+from tests.support.k8s_control_plane import (
     ControlPlane,
     add_fake_node,
     binaries_available,

@@ -29,14 +29,12 @@ import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+import _setup  # noqa: F401 - this checkout first on sys.path
 
-from escher.manifests import read_cluster  # noqa: E402
-from tests.support.k8s_control_plane import ControlPlane, binaries_available  # noqa: E402
+from escher.manifests import read_cluster
+from tests.support.k8s_control_plane import ControlPlane, binaries_available
 
 ZONES = ("zone-a", "zone-b", "zone-c", "zone-d")
 NAMESPACES = ("default", "web", "batch")

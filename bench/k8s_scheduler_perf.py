@@ -44,14 +44,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+import _setup  # noqa: F401 - this checkout first on sys.path
 
-from escher.backends.kubernetes import KubernetesBackend  # noqa: E402
-from escher.core.resources import Resources  # noqa: E402
-from escher.core.task import TaskSpec  # noqa: E402
-from escher.esl import AntiAffinity  # noqa: E402
-from tests.support.k8s_control_plane import (  # noqa: E402
+from escher.backends.kubernetes import KubernetesBackend
+from escher.core.resources import Resources
+from escher.core.task import TaskSpec
+from escher.esl import AntiAffinity
+from tests.support.k8s_control_plane import (
     ControlPlane,
     add_fake_node,
     binaries_available,

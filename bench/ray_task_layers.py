@@ -33,19 +33,15 @@ import os
 import queue
 import shutil
 import statistics
-import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout, not an install
+import _setup  # this checkout first on sys.path; the Ray environment
 
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-os.environ.setdefault("RAY_ENABLE_AUTO_CONNECT", "0")
+os.environ.update(_setup.RAY_ENV)
 
 import ray
 from ray_backend import start  # the same local cluster, configured alike

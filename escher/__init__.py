@@ -12,23 +12,8 @@ Quick start::
 
 from typing import TYPE_CHECKING, Any
 
-from escher.api import (
-    RemoteFunction,
-    Session,
-    cancel,
-    current_backend,
-    get,
-    get_cluster_state,
-    init,
-    is_initialized,
-    launch,
-    node_id,
-    set_resource,
-    set_resources,
-    shutdown,
-    task,
-    use_backend,
-)
+from escher import api
+from escher.api import *  # noqa: F403 - the module API; `escher.api.__all__` is its one list
 from escher.backends import DISTRIBUTION
 from escher.core.cluster import ClusterState, Node
 from escher.core.errors import (
@@ -96,9 +81,7 @@ __all__ = [
     "NotInTaskError",
     "NotInitializedError",
     "Plan",
-    "RemoteFunction",
     "Resources",
-    "Session",
     "Status",
     "StatusCode",
     "TaskCancelledError",
@@ -109,19 +92,7 @@ __all__ = [
     "UnknownNodeError",
     "UnschedulableError",
     "ValidationError",
-    "__version__",
-    "cancel",
-    "current_backend",
-    "get",
-    "get_cluster_state",
-    "init",
-    "is_initialized",
-    "launch",
-    "node_id",
-    "set_resource",
-    "set_resources",
-    "shutdown",
-    "task",
-    "use_backend",
+    "__version__",  # noqa: F405 - given by __getattr__ below, not the star import
     "why",
 ]
+__all__ += api.__all__

@@ -25,6 +25,7 @@ The contract, in one place:
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import enum
 import functools
 import threading
@@ -114,6 +115,14 @@ class PendingTask:
     facts: Mapping[str, Any] = field(default_factory=dict)
 
 
+#: The `Backend.steered` blocks open in this context, innermost last: (backend, steering)
+#: pairs. A `ContextVar`, so a block steers the launches of the thread (context) that opened
+#: it, not those other threads make on the same backend at the same time.
+_steerings: contextvars.ContextVar[tuple[tuple[Backend, Steering], ...]] = contextvars.ContextVar(
+    "escher_steerings", default=()
+)
+
+
 #: The methods a backend must override to claim a capability.
 REQUIRED_METHODS: Mapping[Capability, tuple[str, ...]] = {
     Capability.ATOMIC_GANG: ("_launch_gang",),
@@ -149,8 +158,6 @@ class Backend(ABC):
     _gang_members: dict[str, tuple[TaskRef, ...]]
     #: Unique per backend object: what it creates on a shared cluster is marked with it.
     session_id: str
-    #: Rewrites each launched spec while set (`steered`); None: launch as given.
-    _steering: Steering | None = None
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Self:
         self = super().__new__(cls)
@@ -278,7 +285,7 @@ class Backend(ABC):
         """
         if not isinstance(spec, TaskSpec):
             raise ValidationError(f"launch takes a TaskSpec, got {short_repr(spec)}.")
-        steering = self._steering
+        steering = self._steering() if _steerings.get() else None
         if steering is None:
             self._check_request(spec.resources)
             return self._track(self._launch(spec))
@@ -293,13 +300,25 @@ class Backend(ABC):
         """Inside the block, `launch` passes each spec through `steering.steer` first (it
         returns the spec to launch, e.g. with a pin to a node) and tells `steering.launched`
         the handle: how `escher.esl.follow` places tasks on a verified witness's nodes.
-        Blocks nest; the innermost steers."""
-        previous = self._steering
-        self._steering = steering
+
+        The block belongs to the `contextvars` context that opens it (per thread, or per
+        asyncio task): launches made there are steered, and so are those of the clock
+        timers and task done callbacks that context schedules (they run in it); launches
+        other threads make on this backend meanwhile are not. Blocks nest; the innermost
+        steers.
+        """
+        token = _steerings.set((*_steerings.get(), (self, steering)))
         try:
             yield
         finally:
-            self._steering = previous
+            _steerings.reset(token)
+
+    def _steering(self) -> Steering | None:
+        """The innermost steering of this backend in the calling context, if any."""
+        for backend, steering in reversed(_steerings.get()):
+            if backend is self:
+                return steering
+        return None
 
     @abstractmethod
     def _launch(self, spec: TaskSpec) -> TaskRef:
@@ -336,7 +355,7 @@ class Backend(ABC):
             self._check_request(spec.resources)
         if not specs:
             return []
-        steering = self._steering
+        steering = self._steering() if _steerings.get() else None
         if steering is not None:
             specs = [steering.steer(spec) for spec in specs]
             for spec in specs:

@@ -11,7 +11,14 @@ from typing import Any
 import click
 
 from escher.backends import install_command
-from escher.cli.conventions import EscherCommand, ExitCode, fail, format_option, usage_failure
+from escher.cli.conventions import (
+    EscherCommand,
+    ExitCode,
+    UsageMistakesExit3,
+    fail,
+    format_option,
+    usage_failure,
+)
 from escher.core.errors import BackendUnavailableError, did_you_mean
 
 
@@ -28,7 +35,7 @@ class CommandEntry:
     extra: str | None = None
 
 
-class EscherGroup(click.Group):
+class EscherGroup(UsageMistakesExit3, click.Group):
     """A click group whose subcommands come from a table of `CommandEntry`, imported lazily.
 
     A subcommand whose module cannot be imported (its extra is missing) is listed with the
@@ -89,15 +96,6 @@ class EscherGroup(click.Group):
             exc.show()
             sys.exit(exc.exit_code)
         sys.exit(code if isinstance(code, int) else 0)
-
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        """Parse the group's own options; mistakes exit with `ExitCode.BAD_INPUT`."""
-        raw = list(args)
-        try:
-            return super().parse_args(ctx, args)
-        except click.UsageError as exc:
-            exc.ctx = exc.ctx or ctx
-            usage_failure(exc, raw)
 
     def invoke(self, ctx: click.Context) -> Any:
         """Run the subcommand; usage mistakes (also in commands without the conventions) exit 3."""

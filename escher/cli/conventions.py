@@ -299,7 +299,22 @@ def usage_failure(exc: click.UsageError, args: Sequence[str] = ()) -> NoReturn:
     sys.exit(int(ExitCode.BAD_INPUT))
 
 
-class EscherCommand(click.Command):
+class UsageMistakesExit3(click.Command):
+    """Base of escher's commands and groups: parsing mistakes exit with
+    `ExitCode.BAD_INPUT` (click's own code is 2), under ``--format json`` as a JSON error
+    object on stderr."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """Parse; a usage mistake is reported by `usage_failure`."""
+        raw = list(args)
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:
+            exc.ctx = exc.ctx or ctx
+            usage_failure(exc, raw)
+
+
+class EscherCommand(UsageMistakesExit3):
     """A click command with the conventions of this module (see the module docstring)."""
 
     def __init__(
@@ -334,18 +349,6 @@ class EscherCommand(click.Command):
                 [(str(code), text) for code, text in sorted(self.exit_codes.items())]
             )
         super().format_epilog(ctx, formatter)
-
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        """Parse; usage mistakes exit with `ExitCode.BAD_INPUT` (click's own code is 2).
-
-        Under ``--format json`` the mistake is reported as a JSON error object on stderr.
-        """
-        raw = list(args)
-        try:
-            return super().parse_args(ctx, args)
-        except click.UsageError as exc:
-            exc.ctx = exc.ctx or ctx
-            usage_failure(exc, raw)
 
     def invoke(self, ctx: click.Context) -> Any:
         """Run the command; escher's errors and Ctrl-C become `fail` with their exit code."""
@@ -415,6 +418,7 @@ __all__ = [
     "ExitCode",
     "FiniteFloatRange",
     "SuggestingChoice",
+    "UsageMistakesExit3",
     "backend_option",
     "command",
     "console",

@@ -6,6 +6,7 @@ Policies (soft-constraint timeouts, gang rollback, monitors) use `backend.clock`
 
 from __future__ import annotations
 
+import contextvars
 import heapq
 import itertools
 import threading
@@ -16,14 +17,24 @@ from typing import Any
 
 
 class Timer:
-    """A scheduled call. `cancel()` prevents it if it has not run yet."""
+    """A scheduled call. `cancel()` prevents it if it has not run yet.
 
-    __slots__ = ("cancelled", "fn", "when")
+    It runs in the `contextvars` context of the code that scheduled it (as asyncio's
+    `call_later` does), so per-context state such as a `Backend.steered` block reaches the
+    timers that block starts (e.g. a `FirstOf` fallback), whichever thread runs the clock.
+    """
+
+    __slots__ = ("cancelled", "context", "fn", "when")
 
     def __init__(self, when: float, fn: Callable[[], Any]) -> None:
         self.when = when
         self.fn = fn
         self.cancelled = False
+        self.context = contextvars.copy_context()
+
+    def run(self) -> None:
+        """Call `fn()` in the context it was scheduled from (clocks call this)."""
+        self.context.run(self.fn)
 
     def cancel(self) -> None:
         """Do not run this call."""
@@ -94,7 +105,7 @@ class RealClock(Clock):
                 _, _, timer = heapq.heappop(self._heap)
             if not timer.cancelled:
                 try:
-                    timer.fn()
+                    timer.run()
                 except Exception:  # a policy's timer must not kill the clock
                     import logging
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import enum
 import functools
 import itertools
@@ -250,7 +251,8 @@ class TaskRef:
         self._error: BaseException | None = None
         self._attempts = 0
         self._retries = 0
-        self._callbacks: list[Callable[[TaskRef], None]] | None = None
+        # each done callback with the contextvars context it was added in
+        self._callbacks: list[tuple[Callable[[TaskRef], None], contextvars.Context]] | None = None
 
     # --- what users read -------------------------------------------------------------
     @property
@@ -348,12 +350,17 @@ class TaskRef:
         return self._canceller(self)
 
     def add_done_callback(self, fn: Callable[[TaskRef], None]) -> None:
-        """Call `fn(self)` once the task is done (at once if it already is)."""
+        """Call `fn(self)` once the task is done (at once if it already is).
+
+        `fn` runs in the `contextvars` context of this call (as asyncio's futures do), so
+        what it launches is steered as the code that added it (see `Backend.steered`),
+        whichever thread settles the task.
+        """
         with self._lock:
             if not self._state.final:
                 if self._callbacks is None:
                     self._callbacks = []
-                self._callbacks.append(fn)
+                self._callbacks.append((fn, contextvars.copy_context()))
                 return
         fn(self)
 
@@ -437,8 +444,8 @@ class TaskRef:
             finished = self._finished
         if finished is not None:
             finished.set()
-        for callback in callbacks or ():
-            callback(self)
+        for callback, context in callbacks or ():
+            context.run(callback, self)
         return True
 
 

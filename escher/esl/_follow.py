@@ -14,11 +14,19 @@ plan of the same code) the guide of the run:
   backend; it is deleted once the block is left and its tasks ended.
 
 Otherwise a task is placed as without a guide (first fit). Without a guide nothing changes.
+
+A block guides the thread (`contextvars` context) that opens it: its launches, and those of
+the timers and done callbacks it schedules (they run in its context, see `Backend.steered`).
+Other threads launching on the same backend at the same time are not guided, and a
+co-location group placed from another thread takes no witness node. Task bodies run on the
+backend's own threads or processes, so launches made inside a task are not guided either (a
+planning run does not record them).
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import functools
 import itertools
@@ -33,8 +41,10 @@ from escher.core.plan import Colocated, Plan
 from escher.core.resources import Resources
 from escher.core.task import TaskRef, TaskSpec
 
-_lock = threading.Lock()
-_guides: list[Guide] = []
+# the follow blocks open in this context, innermost last
+_guides: contextvars.ContextVar[tuple[Guide, ...]] = contextvars.ContextVar(
+    "escher_guides", default=()
+)
 _numbers = itertools.count(1)
 # per thread: the first attempt of the task being relaunched (`fallback_of`)
 _attempts = threading.local()
@@ -150,6 +160,8 @@ class _Pins:
         self._naming: dict[int, list[str]] = {}  # id of a steered spec -> its launch names
 
     def steer(self, spec: TaskSpec) -> TaskSpec:
+        if self._closed:  # a timer or callback of the block that runs after it ended
+            return spec
         first = getattr(_attempts, "first", None)
         known = self.guide._attempt(first) if first is not None else None
         name, node = known if known is not None else self.guide._name(spec.name)
@@ -166,6 +178,8 @@ class _Pins:
             return spec  # the witness's node is gone or full: placed as without a guide
         label = self.labels[node]
         with self._lock:
+            if self._closed:  # the block ended meanwhile: no new pins
+                return spec
             if node not in self._set:
                 try:
                     self.backend.set_resource(label, self.capacity[node], node)
@@ -254,20 +268,18 @@ def follow(plan: Any, result: Any) -> Iterator[Guide]:
     guide = Guide(plan, witness, replicas)
     backend = active_backend()
     pins = _Pins(guide, backend) if isinstance(backend, Backend) else None
-    with _lock:
-        _guides.append(guide)
+    token = _guides.set((*_guides.get(), guide))
     try:
         with backend.steered(pins) if pins is not None else contextlib.nullcontext():
             yield guide
     finally:
-        with _lock:
-            _guides.remove(guide)
+        _guides.reset(token)
         if pins is not None:
             pins.close()
 
 
 def followed_group_node(source: str) -> str | None:
-    """The node the innermost active guide gives the group of `source` (None: no guide)."""
-    with _lock:
-        guide = _guides[-1] if _guides else None
-    return guide.group_node(source) if guide is not None else None
+    """The node the innermost guide of the calling context gives the group of `source`
+    (None: no guide)."""
+    guides = _guides.get()
+    return guides[-1].group_node(source) if guides else None

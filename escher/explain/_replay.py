@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from escher.backends.memory import MemoryBackend
@@ -57,17 +57,8 @@ class TaskOutcome:
     node: str | None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready data."""
-        return {
-            "task": self.task,
-            "replica": self.replica,
-            "user": self.user,
-            "job": self.job,
-            "arrival": self.arrival,
-            "start": self.start,
-            "finish": self.finish,
-            "node": self.node,
-        }
+        """JSON-ready data (its fields)."""
+        return asdict(self)
 
 
 @dataclass(frozen=True)

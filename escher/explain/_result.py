@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from escher.core.verdict import Verdict
@@ -42,14 +42,8 @@ class Requirement:
         return f"{self.source}: {what} {_num(self.quantity)}{meaning}"
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready data."""
-        return {
-            "resource": self.resource,
-            "quantity": self.quantity,
-            "source": self.source,
-            "label": self.label,
-            "meaning": self.meaning,
-        }
+        """JSON-ready data (its fields)."""
+        return asdict(self)
 
 
 @dataclass(frozen=True)

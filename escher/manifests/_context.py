@@ -3,9 +3,9 @@ their labels, the plan being built, node filters, selectors, namespaces, topolog
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from escher.core.plan import Intent, Plan
 from escher.manifests._cluster import KubeCluster, RunningPod
@@ -127,22 +127,12 @@ class Context:
     def matching_workloads(
         self, selector: Any, namespaces: set[str] | None, where: str
     ) -> list[Workload]:
-        return [
-            o
-            for o in self.workloads.items
-            if (namespaces is None or o.namespace in namespaces)
-            and selector_matches(selector, o.labels, where)
-        ]
+        return _matching(self.workloads.items, selector, namespaces, where)
 
     def matching_pods(
         self, selector: Any, namespaces: set[str] | None, where: str
     ) -> list[RunningPod]:
-        return [
-            p
-            for p in self.cluster.pods
-            if (namespaces is None or p.namespace in namespaces)
-            and selector_matches(selector, p.labels, where)
-        ]
+        return _matching(self.cluster.pods, selector, namespaces, where)
 
     def domain_nodes(self, key: str, values: set[str]) -> set[str]:
         return {n for n in self.names if self.labels[n].get(key) in values}
@@ -181,3 +171,25 @@ class Context:
                     soft.setdefault(text, set()).add(n)
         self.taint_memo[memo] = (hard, soft)
         return hard, soft
+
+
+class _Labelled(Protocol):
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def labels(self) -> Mapping[str, str]: ...
+
+
+_L = TypeVar("_L", bound=_Labelled)
+
+
+def _matching(
+    items: Iterable[_L], selector: Any, namespaces: set[str] | None, where: str
+) -> list[_L]:
+    """The workloads or pods in `namespaces` (None: any) whose labels `selector` matches."""
+    return [
+        o
+        for o in items
+        if (namespaces is None or o.namespace in namespaces)
+        and selector_matches(selector, o.labels, where)
+    ]

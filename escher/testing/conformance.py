@@ -57,7 +57,7 @@ from escher.core.errors import (
 )
 from escher.core.nodespec import NodeSpec
 from escher.core.resources import Resources
-from escher.core.task import StatusCode, TaskSpec, TaskState
+from escher.core.task import StatusCode, TaskRef, TaskSpec, TaskState
 
 WAIT = 60.0  # every wait in the suite is bounded
 
@@ -272,6 +272,16 @@ class BackendConformance:
     def needs(backend: Backend, capability: Capability) -> None:
         if not backend.supports(capability):
             pytest.skip(f"{backend.name} lacks {capability}")
+
+    @classmethod
+    def waiting_gang(cls, backend: Backend, label: Any) -> tuple[str, list[TaskRef]]:
+        """A gang of two members that each request a new label no node has yet (so it
+        waits), and that label (skips a backend without atomic gangs or Python tasks)."""
+        cls.needs(backend, Capability.ATOMIC_GANG)
+        cls.needs(backend, Capability.PYTHON_TASKS)
+        name = label()
+        specs = [TaskSpec(where_am_i, resources=Resources({name: 1})) for _ in range(2)]
+        return name, backend.launch_gang(specs)
 
     # --- ephemeral resources ------------------------------------------------------------
     def test_create_resize_delete_by_node_id(self, backend: Backend, label: Any) -> None:
@@ -619,12 +629,7 @@ class BackendConformance:
             assert not ref.started()
 
     def test_cancelling_a_gang_member_cancels_the_gang(self, backend: Backend, label: Any) -> None:
-        self.needs(backend, Capability.ATOMIC_GANG)
-        self.needs(backend, Capability.PYTHON_TASKS)
-        name = label()
-        refs = backend.launch_gang(
-            [TaskSpec(where_am_i, resources=Resources({name: 1})) for _ in range(2)]
-        )
+        name, refs = self.waiting_gang(backend, label)
         assert refs[0].cancel() is True
         for ref in refs:
             with pytest.raises(TaskCancelledError):
@@ -689,12 +694,7 @@ class BackendConformance:
         assert ref.result(WAIT) == node
 
     def test_gang_of_names_every_member_while_not_final(self, backend: Backend, label: Any) -> None:
-        self.needs(backend, Capability.ATOMIC_GANG)
-        self.needs(backend, Capability.PYTHON_TASKS)
-        name = label()
-        refs = backend.launch_gang(
-            [TaskSpec(where_am_i, resources=Resources({name: 1})) for _ in range(2)]
-        )
+        name, refs = self.waiting_gang(backend, label)
         alone = backend.launch(TaskSpec(where_am_i, resources=Resources({name: 1})))
         assert not any(r.done() for r in [*refs, alone])  # no node has the label yet
         for ref in refs:

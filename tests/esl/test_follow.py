@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import threading
+
 import pytest
 
 import escher
@@ -11,6 +14,7 @@ from escher.core.cluster import ClusterState, Node
 from escher.core.errors import ValidationError
 from escher.core.plan import Plan
 from escher.core.resources import Resources
+from escher.core.task import TaskRef
 from escher.verify import Verdict, verify
 from tests.support.planning import hold, plan_and_run
 
@@ -131,3 +135,62 @@ def test_plain_tasks_run_on_the_witness_nodes_and_the_pins_go_away() -> None:
             assert guide.tasks == {"quick": tuple(result.witness["quick"])}
         labels = {label for n in backend.get_cluster_state().nodes.values() for label in n.total}
         assert not any(label.startswith("follow") for label in labels), labels
+
+
+def one_quick_task() -> None:
+    escher.launch(quick, resources={"CPU": 1}, name="quick")
+
+
+def _pinned(ref: object) -> bool:
+    return any(label.startswith("follow") for label in ref.spec.resources)  # type: ignore[attr-defined]
+
+
+def test_follow_steers_its_own_thread_not_another_one_launching_meanwhile() -> None:
+    state = sized(1, 1)
+    run = esl.plan_app(one_quick_task, state)
+    witness = {"quick": ["n1"]}
+    backend = MemoryBackend(nodes={"n0": {"CPU": 1}, "n1": {"CPU": 1}})
+    inside, outside_done = threading.Event(), threading.Event()
+    outside: list[TaskRef] = []
+
+    def other_thread() -> None:
+        assert inside.wait(timeout=10)
+        outside.append(escher.launch(quick, resources={"CPU": 1}, name="quick"))
+        outside_done.set()
+
+    with escher.init(backend):
+        thread = threading.Thread(target=other_thread)
+        thread.start()
+        with esl.follow(run, witness):
+            inside.set()
+            assert outside_done.wait(timeout=10)  # launched while this thread is inside
+            mine = escher.launch(quick, resources={"CPU": 1}, name="quick")
+        thread.join(timeout=10)
+        assert escher.get(mine, timeout=10) == "n1"
+        assert _pinned(mine)
+        assert outside and not _pinned(outside[0])  # first fit, as without a guide
+        assert escher.get(outside[0], timeout=10) == "n0"
+
+
+def test_a_timer_the_block_starts_is_steered_and_one_firing_after_it_is_not() -> None:
+    state = sized(1, 1)
+    run = esl.plan_app(one_quick_task, state)
+    backend = MemoryBackend(nodes={"n0": {"CPU": 1}, "n1": {"CPU": 1}})
+    launched: list[TaskRef] = []
+    fired = [threading.Event(), threading.Event()]
+
+    def launch_from_timer(i: int) -> None:
+        launched.append(escher.launch(quick, resources={"CPU": 1}, name="quick"))
+        fired[i].set()
+
+    with escher.init(backend):
+        release = threading.Event()
+        with esl.follow(run, {"quick": ["n1"]}):
+            backend.clock.call_later(0.0, functools.partial(launch_from_timer, 0))
+            assert fired[0].wait(timeout=10)  # on the clock's thread, in the block's context
+            backend.clock.call_later(0.0, lambda: release.wait(10) and launch_from_timer(1))
+        release.set()
+        assert fired[1].wait(timeout=10)
+        first, late = launched
+        assert _pinned(first) and escher.get(first, timeout=10) == "n1"
+        assert not _pinned(late)  # the block had ended: placed as without a guide

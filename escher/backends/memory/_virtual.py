@@ -48,7 +48,7 @@ class VirtualClock(Clock):
         when, _, timer = heapq.heappop(self._heap)
         self._now = max(self._now, when)
         self.events_run += 1
-        timer.fn()
+        timer.run()
         return True
 
     def run_until(self, deadline: float | None = None) -> None:

@@ -8,7 +8,7 @@ import itertools
 import logging
 import threading
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +52,42 @@ class _Running:
     node_id: str
     request: Resources
     attempt: int
+
+
+class _WordedWhenRead(Status):
+    """An UNSCHEDULABLE status whose reason is worded when first read.
+
+    Waiting is the normal case (a co-location group's members wait for its label, queued
+    tasks for room), and the reason's did-you-mean suggestions measure the edit distance to
+    every resource name: done at each launch that waits, that cost grew with the number of
+    labels (most of a 200-group co-location run). The names known at launch are kept.
+    """
+
+    def __init__(self, word: Callable[[], str]) -> None:
+        object.__setattr__(self, "code", StatusCode.UNSCHEDULABLE)
+        object.__setattr__(self, "_word", word)
+
+    @functools.cached_property
+    def reason(self) -> str:
+        return self._word()  # type: ignore[attr-defined,no-any-return]
+
+
+def _no_single_node(request: Resources) -> str:
+    return f"no single node has {request.to_dict()} available"
+
+
+def _none_has(missing: list[str], known: set[str]) -> str:
+    meant = dict(resource_suggestions(missing, known))
+    named = (f"{n} (did you mean {meant[n]!r}?)" if n in meant else n for n in missing)
+    return "no node has " + ", ".join(named) + " available"
+
+
+def _all_at_once() -> str:
+    return "each member fits somewhere now, but not all at once"
+
+
+def _gang_waits(size: int, detail: Callable[[], str]) -> str:
+    return f"gang of {size} waits for room for all its members at once: {detail()}"
 
 
 @dataclass
@@ -207,7 +243,7 @@ class MemoryBackend(Backend):
                 self._queue.push(ref, spec.resources)
                 started = self._place_locked()
                 if ref.node_id is None:
-                    ref.set_status(Status(StatusCode.UNSCHEDULABLE, self._why(spec.resources)))
+                    ref.set_status(_WordedWhenRead(self._why(spec.resources)))
         if infeasible is not None:
             ref.set_exception(infeasible)
             return ref
@@ -223,9 +259,11 @@ class MemoryBackend(Backend):
                 gang = _PendingGang(refs, next(self._gang_seq))
                 self._gangs.setdefault(gang.shape, deque()).append(gang)
                 started = self._place_locked()
-                for ref in refs:
-                    if ref.node_id is None:
-                        ref.set_status(Status(StatusCode.UNSCHEDULABLE, self._gang_why(refs)))
+                waiting = [ref for ref in refs if ref.node_id is None]
+                if waiting:
+                    status = _WordedWhenRead(self._gang_why(refs))
+                    for ref in waiting:
+                        ref.set_status(status)
         if why_not is not None:
             self._fail_gang(refs, why_not)  # all or nothing: it never runs
             return refs
@@ -241,16 +279,12 @@ class MemoryBackend(Backend):
         )
         return fit.reason if fit.possible is False else None
 
-    def _gang_why(self, refs: list[TaskRef]) -> str:
+    def _gang_why(self, refs: list[TaskRef]) -> Callable[[], str]:
         blocked = next(
             (r.spec.resources for r in refs if self._matcher.find(r.spec.resources) is None), None
         )
-        detail = (
-            self._why(blocked)
-            if blocked is not None
-            else "each member fits somewhere now, but not all at once"
-        )
-        return f"gang of {len(refs)} waits for room for all its members at once: {detail}"
+        detail = self._why(blocked) if blocked is not None else _all_at_once
+        return functools.partial(_gang_waits, len(refs), detail)
 
     def _drop_infeasible_gangs(self) -> list[tuple[list[TaskRef], str]]:
         """Take out the waiting gangs that no set of live nodes could hold any more."""
@@ -294,20 +328,13 @@ class MemoryBackend(Backend):
     def _known_names(self) -> set[str]:
         return {name for node in self._matcher.nodes.values() for name in node.total}
 
-    def _why(self, request: Resources) -> str:
+    def _why(self, request: Resources) -> Callable[[], str]:
+        """Why `request` waits, worded when first read (see `_WordedWhenRead`)."""
         free = self._matcher._free
         missing = [name for name in request if name not in free]
-        if missing:
-            meant = dict(resource_suggestions(missing, self._known_names()))
-            return (
-                "no node has "
-                + ", ".join(
-                    f"{name} (did you mean {meant[name]!r}?)" if name in meant else name
-                    for name in missing
-                )
-                + " available"
-            )
-        return f"no single node has {request.to_dict()} available"
+        if not missing:
+            return functools.partial(_no_single_node, request)
+        return functools.partial(_none_has, missing, self._known_names())  # a fresh set
 
     def _place_locked(self) -> list[_Running]:
         """Place what fits now (gangs first, then the queue); record them as running."""

@@ -272,3 +272,31 @@ def test_random_workloads_place_every_fitting_task_within_capacity(
         for _, delta in events:
             used += delta
             assert used <= cpus["CPU"]
+
+
+def test_a_waiting_task_says_why_with_a_suggestion_worded_when_read() -> None:
+    backend = MemoryBackend(nodes={"n1": {"CPU": 1}}, virtual_clock=True)
+    backend.set_resource("fast-disk", 1, "n1")
+    typo = backend.launch(TaskSpec(lambda: 1, resources=Resources({"fast-disc": 1}), duration=1))
+    assert typo.status.code is StatusCode.UNSCHEDULABLE
+    assert typo.status.reason == "no node has fast-disc (did you mean 'fast-disk'?) available"
+    assert str(typo.status).startswith("unschedulable: no node has fast-disc")
+    backend.launch(TaskSpec(lambda: 1, resources=Resources({"CPU": 1}), duration=1))
+    queued = backend.launch(TaskSpec(lambda: 1, resources=Resources({"CPU": 1}), duration=1))
+    assert queued.status == queued.status and "no node has CPU available" in queued.status.reason
+    backend.set_resource("fast-disk", 0, "n1")
+    # worded with the names known at launch, however the cluster changed since
+    assert "did you mean 'fast-disk'" in typo.status.reason
+
+
+def test_a_waiting_gang_says_why_once_for_all_its_members() -> None:
+    backend = MemoryBackend(nodes={"n1": {"CPU": 2}}, virtual_clock=True)
+    backend.launch(TaskSpec(lambda: 1, resources=Resources({"CPU": 1}), duration=1))
+    gang = backend.launch_gang([TaskSpec(lambda: 1, resources=Resources({"CPU": 1}))] * 2)
+    assert gang[0].status is gang[1].status
+    assert gang[0].status.reason == (
+        "gang of 2 waits for room for all its members at once: each member fits somewhere "
+        "now, but not all at once"
+    )
+    backend.run()
+    assert all(ref.done() for ref in gang)
