@@ -39,9 +39,9 @@ import _setup  # noqa: F401 - this checkout first on sys.path
 from escher.backends.kubernetes import KubernetesBackend
 from escher.backends.kubernetes._kube import KubeApi
 from escher.backends.kubernetes._names import Names
-from escher.core.quantity import parse_quantity
 from escher.backends.kubernetes._payload import TASK_ENV, encode_task
 from escher.backends.kubernetes._pods import RUNNER_COMMAND, build_pod
+from escher.core.quantity import parse_quantity
 from escher.core.resources import Resources
 from escher.core.task import TaskSpec
 from escher.esl import DataLocality
