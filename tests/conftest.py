@@ -4,12 +4,16 @@ Test modules of a backend whose extra is not installed are not collected (their 
 only be skipped, but some import the extra at module level): so the fast suite runs after
 ``pip install -e '.[test]'`` alone. The header of the run says what was left out.
 urllib3's per-attempt "Retrying" warnings are silenced.
+Under pytest-xdist (``-n N --dist loadgroup``, as scripts/test-all.sh runs the suite) the tests
+of each real cluster run in one worker, in their usual order, sharing its one cluster.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import logging
+
+import pytest
 
 #: Shared fixtures: one Ray cluster, and `k8s_cluster` (one control plane for the backend's
 #: and the chaos tests).
@@ -35,3 +39,25 @@ def pytest_report_header() -> list[str]:
         f"{name} is not installed: tests/{pattern} not collected (pip install '{extra}')"
         for name, (pattern, extra) in _missing.items()
     ]
+
+
+#: Marker (or session fixture ``<name>_cluster``) -> the xdist group its tests run in.
+_CLUSTER_GROUPS = ("ray", "k8s")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist, keep the tests of each real cluster in one worker (one cluster each).
+
+    The Ray tests (marked ``ray`` or using ``ray_cluster``) form one group and the Kubernetes
+    tests another, so ``--dist loadgroup`` gives each group to a single worker, in collection
+    order (the node-failure tests still run after the others), while the rest spreads out.
+    """
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        for name in _CLUSTER_GROUPS:
+            if item.get_closest_marker(name) or f"{name}_cluster" in fixtures:
+                item.add_marker(pytest.mark.xdist_group(name))
+                break
