@@ -1,18 +1,41 @@
 #!/usr/bin/env bash
 # Install every extra, provision the local Kubernetes control plane, run the whole test suite.
+# The suite runs in parallel (pytest-xdist, ESCHER_TEST_WORKERS processes, default 4): the Ray
+# tests share one worker and its one Ray cluster, the Kubernetes tests another and its one
+# control plane (tests/conftest.py groups them), the rest spreads over all workers. The Ray and
+# Kubernetes tests mostly wait, so 4 workers keep 2 cores busy. ESCHER_TEST_WORKERS=0 runs it
+# in one process, as plain `python -m pytest` does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python -m pip install -q -e '.[all]'
 if [ -x scripts/provision-k8s.sh ]; then bash scripts/provision-k8s.sh; fi
 bash scripts/ci-browser.sh   # headless Chromium for the browser tests of escher view
+# The venv with the oldest supported Ray (for the last step) installs meanwhile.
+oldest_ray=""
+if [ "$#" -eq 0 ]; then
+    oldest_log="$(mktemp)"
+    bash scripts/ci-ray-versions.sh --install-only >"$oldest_log" 2>&1 &
+    oldest_ray=$!
+fi
 # The same gates as CI: lint, format, types (fail fast, before the long suite).
 ruff check escher tests bench
 ruff format --check escher tests bench
 mypy
 export RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0
+workers="${ESCHER_TEST_WORKERS:-4}"
+parallel=()
+if [ "$workers" != 0 ]; then parallel=(-n "$workers" --dist loadgroup); fi
 set +e
-python -m pytest -q "$@"
+python -m pytest -q "${parallel[@]}" "$@"
 status=$?
+if [ -n "$oldest_ray" ]; then
+    wait "$oldest_ray"
+    installed=$?
+    cat "$oldest_log"
+    rm -f "$oldest_log"
+    if [ "$installed" -ne 0 ]; then echo "ci-ray-versions: installing the oldest Ray failed" >&2; fi
+    if [ "$status" -eq 0 ]; then status=$installed; fi
+fi
 if [ "$status" -eq 0 ] && [ "$#" -eq 0 ]; then bash scripts/ci-k8s-rbac.sh; status=$?; fi  # k8s tests with RBAC
 if [ "$status" -eq 0 ] && [ "$#" -eq 0 ]; then bash scripts/ci-ray-versions.sh; status=$?; fi  # oldest Ray
 set -e

@@ -45,19 +45,31 @@ def pytest_report_header() -> list[str]:
 _CLUSTER_GROUPS = ("ray", "k8s")
 
 
+def _cluster_group(item: pytest.Item) -> str | None:
+    """The xdist group of a test that needs a real cluster, else None.
+
+    The chaos tests of a cluster (tests/chaos) form a group of their own: they run on their
+    own cluster, in another worker, at the same time as the cluster's other tests.
+    """
+    fixtures = getattr(item, "fixturenames", ())
+    for name in _CLUSTER_GROUPS:
+        if item.get_closest_marker(name) or f"{name}_cluster" in fixtures:
+            return f"{name}-chaos" if item.get_closest_marker("chaos") else name
+    return None
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist, keep the tests of each real cluster in one worker (one cluster each).
+    """Under pytest-xdist, each group of cluster tests runs in one worker, on one cluster.
 
     The Ray tests (marked ``ray`` or using ``ray_cluster``) form one group and the Kubernetes
-    tests another, so ``--dist loadgroup`` gives each group to a single worker, in collection
-    order (the node-failure tests still run after the others), while the rest spreads out.
+    tests another (their chaos tests one more each, see `_cluster_group`), so ``--dist
+    loadgroup`` gives each group to a single worker, in collection order (the node-failure
+    tests still run after the others), while the rest spreads out.
     """
     if not config.pluginmanager.hasplugin("xdist"):
         return
     for item in items:
-        fixtures = getattr(item, "fixturenames", ())
-        for name in _CLUSTER_GROUPS:
-            if item.get_closest_marker(name) or f"{name}_cluster" in fixtures:
-                item.add_marker(pytest.mark.xdist_group(name))
-                break
+        group = _cluster_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
