@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Install every extra, provision the local Kubernetes control plane, run the whole test suite.
-# The suite runs in parallel (pytest-xdist, ESCHER_TEST_WORKERS processes, default 4): the Ray
-# tests share one worker and its one Ray cluster, the Kubernetes tests another and its one
-# control plane (tests/conftest.py groups them), the rest spreads over all workers. The Ray and
-# Kubernetes tests mostly wait, so 4 workers keep 2 cores busy. ESCHER_TEST_WORKERS=0 runs it
-# in one process, as plain `python -m pytest` does.
+# The suite runs in parallel (pytest-xdist, ESCHER_TEST_WORKERS processes, default 5): the Ray
+# tests share one worker and its one Ray cluster, the Kubernetes tests another and its control
+# plane, their chaos tests a third on a plane of their own (tests/conftest.py groups them);
+# the rest spreads over the other workers. The cluster tests mostly wait, so 5 workers keep
+# 2 cores busy. ESCHER_TEST_WORKERS=0 runs it in one process, as plain `python -m pytest` does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python -m pip install -q -e '.[all]'
@@ -22,7 +22,7 @@ ruff check escher tests bench
 ruff format --check escher tests bench
 mypy
 export RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0
-workers="${ESCHER_TEST_WORKERS:-4}"
+workers="${ESCHER_TEST_WORKERS:-5}"
 parallel=()
 if [ "$workers" != 0 ]; then parallel=(-n "$workers" --dist loadgroup); fi
 set +e

@@ -48,13 +48,14 @@ _CLUSTER_GROUPS = ("ray", "k8s")
 def _cluster_group(item: pytest.Item) -> str | None:
     """The xdist group of a test that needs a real cluster, else None.
 
-    The chaos tests of a cluster (tests/chaos) form a group of their own: they run on their
-    own cluster, in another worker, at the same time as the cluster's other tests.
+    The Kubernetes chaos tests (tests/chaos) form a group of their own: they run on their own
+    control plane, in another worker, at the same time as the other Kubernetes tests. The Ray
+    tests stay one group: two Ray clusters side by side made the Ray chaos tests fail.
     """
     fixtures = getattr(item, "fixturenames", ())
     for name in _CLUSTER_GROUPS:
         if item.get_closest_marker(name) or f"{name}_cluster" in fixtures:
-            return f"{name}-chaos" if item.get_closest_marker("chaos") else name
+            return f"{name}-chaos" if name == "k8s" and item.get_closest_marker("chaos") else name
     return None
 
 
@@ -63,7 +64,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Under pytest-xdist, each group of cluster tests runs in one worker, on one cluster.
 
     The Ray tests (marked ``ray`` or using ``ray_cluster``) form one group and the Kubernetes
-    tests another (their chaos tests one more each, see `_cluster_group`), so ``--dist
+    tests another (their chaos tests one more, see `_cluster_group`), so ``--dist
     loadgroup`` gives each group to a single worker, in collection order (the node-failure
     tests still run after the others), while the rest spreads out.
     """
