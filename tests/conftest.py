@@ -4,8 +4,9 @@ Test modules of a backend whose extra is not installed are not collected (their 
 only be skipped, but some import the extra at module level): so the fast suite runs after
 ``pip install -e '.[test]'`` alone. The header of the run says what was left out.
 urllib3's per-attempt "Retrying" warnings are silenced.
-Under pytest-xdist (``-n N --dist loadgroup``, as scripts/test-all.sh runs the suite) the tests
-of each real cluster run in one worker, in their usual order, sharing its one cluster.
+Under pytest-xdist (``-n N --dist loadgroup``, as scripts/test-all.sh runs the tests other than
+the Ray ones) the tests of each real cluster run in one worker, in their usual order, sharing
+its one cluster.
 """
 
 from __future__ import annotations
