@@ -4,12 +4,17 @@ Test modules of a backend whose extra is not installed are not collected (their 
 only be skipped, but some import the extra at module level): so the fast suite runs after
 ``pip install -e '.[test]'`` alone. The header of the run says what was left out.
 urllib3's per-attempt "Retrying" warnings are silenced.
+Under pytest-xdist (``-n N --dist loadgroup``, as scripts/test-all.sh runs the tests other than
+the Ray ones) the tests of each real cluster run in one worker, in their usual order, sharing
+its one cluster.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import logging
+
+import pytest
 
 #: Shared fixtures: one Ray cluster, and `k8s_cluster` (one control plane for the backend's
 #: and the chaos tests).
@@ -35,3 +40,38 @@ def pytest_report_header() -> list[str]:
         f"{name} is not installed: tests/{pattern} not collected (pip install '{extra}')"
         for name, (pattern, extra) in _missing.items()
     ]
+
+
+#: Marker (or session fixture ``<name>_cluster``) -> the xdist group its tests run in.
+_CLUSTER_GROUPS = ("ray", "k8s")
+
+
+def _cluster_group(item: pytest.Item) -> str | None:
+    """The xdist group of a test that needs a real cluster, else None.
+
+    The Kubernetes chaos tests (tests/chaos) form a group of their own: they run on their own
+    control plane, in another worker, at the same time as the other Kubernetes tests. The Ray
+    tests stay one group: two Ray clusters side by side made the Ray chaos tests fail.
+    """
+    fixtures = getattr(item, "fixturenames", ())
+    for name in _CLUSTER_GROUPS:
+        if item.get_closest_marker(name) or f"{name}_cluster" in fixtures:
+            return f"{name}-chaos" if name == "k8s" and item.get_closest_marker("chaos") else name
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist, each group of cluster tests runs in one worker, on one cluster.
+
+    The Ray tests (marked ``ray`` or using ``ray_cluster``) form one group and the Kubernetes
+    tests another (their chaos tests one more, see `_cluster_group`), so ``--dist
+    loadgroup`` gives each group to a single worker, in collection order (the node-failure
+    tests still run after the others), while the rest spreads out.
+    """
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        group = _cluster_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
