@@ -86,9 +86,9 @@ class Waiter:
                         return
                 if self._closed:
                     return
-                refs, keys = self._new_refs, self._new_keys
+                new_refs, new_keys = self._new_refs, self._new_keys
                 self._new_refs, self._new_keys = [], []
-            pending.update(zip(refs, keys, strict=True))
+            pending.update(zip(new_refs, new_keys, strict=True))
             try:
                 refs = list(pending)
                 step = min(STEP + STEP_PER_ATTEMPT * len(refs), MAX_STEP)
