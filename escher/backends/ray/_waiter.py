@@ -44,20 +44,24 @@ class Waiter:
         self._on_done = on_done
         self._timeout = timeout
         self._cond = threading.Condition()
-        self._new: list[tuple[Any, str]] = []
+        # Attempts added since the waiting thread last looked: two lists side by side, not
+        # a pair per attempt (one tracked object fewer per waiting task for Python's GC).
+        self._new_refs: list[Any] = []
+        self._new_keys: list[str] = []
         self._closed = False
         self._thread: threading.Thread | None = None
 
     def add(self, object_ref: Any, key: str) -> None:
         """Wait for `object_ref`, the attempt `key`."""
         with self._cond:
-            self._new.append((object_ref, key))
+            self._new_refs.append(object_ref)
+            self._new_keys.append(key)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._run, name="escher-ray-wait", daemon=True
                 )
                 self._thread.start()
-            elif len(self._new) == 1:
+            elif len(self._new_refs) == 1:
                 self._cond.notify()
 
     def close(self) -> None:
@@ -76,14 +80,15 @@ class Waiter:
         turn = 0  # where the moving slice starts, among the attempts past the oldest half
         while True:
             with self._cond:
-                while not self._new and not pending and not self._closed:
+                while not self._new_refs and not pending and not self._closed:
                     self._cond.wait(0.5)
                     if not ray_up():
                         return
                 if self._closed:
                     return
-                new, self._new = self._new, []
-            pending.update(new)
+                new_refs, new_keys = self._new_refs, self._new_keys
+                self._new_refs, self._new_keys = [], []
+            pending.update(zip(new_refs, new_keys, strict=True))
             try:
                 refs = list(pending)
                 step = min(STEP + STEP_PER_ATTEMPT * len(refs), MAX_STEP)
