@@ -94,9 +94,9 @@ def slot_conflict(p: Problem) -> Conflict | None:
     every = range(len(p.types))
     for it in p.items:
         tset = every if it.allowed is None else sorted({p.node_type[n] for n in it.allowed})
-        shorts = [_short(p, it, t, made) for t in tset]
-        if any(not s for s in shorts):
+        if any(not _short(p, it, t, made) for t in tset):  # stops at the first that fits
             continue
+        shorts = [_short(p, it, t, made) for t in tset]
         need = [r for r in it.nonzero if it.need(r)]
         cap_ids = {p.types[t].capsrc[r] for t in tset for r in need}
         gangs = {sid for g in it.loads if (sid := p.groups[g]) is not None}
