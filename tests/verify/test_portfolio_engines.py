@@ -49,6 +49,26 @@ def test_a_task_asking_twice_the_slot_fills_two_slots() -> None:
     assert result.stats["method"] == "slot count"
 
 
+def test_requests_on_a_grid_are_counted_in_slots_of_their_common_divisor() -> None:
+    # 4 + 3 x 6 = 22 GB on 3 + 6 + 13 = 22: slots of 6 (3 <= 0 + 1 + 2) and of 4
+    # (4 <= 0 + 1 + 3) pass, but every request is a multiple of 2: the tasks fill 2 + 9 = 11
+    # slots of 2 and the nodes hold 3 // 2 + 6 // 2 + 13 // 2 = 10
+    plan = Plan()
+    plan.add_task("a", {"memory": 4}, count=1, source="job a")
+    plan.add_task("b", {"memory": 6}, count=3, source="job b")
+
+    def nodes(*memory: int) -> ClusterState:
+        return ClusterState.from_dict(
+            {"nodes": [{"id": f"n{i}", "total": {"memory": m}} for i, m in enumerate(memory)]}
+        )
+
+    result = verify(plan, nodes(3, 6, 13), check_intents=False)
+    assert result.status is Verdict.INFEASIBLE
+    assert result.stats["method"] == "slot count"
+    assert "slots of 2" in result.cause
+    assert verify(plan, nodes(3, 6, 16), check_intents=False).status is Verdict.FEASIBLE
+
+
 def _pairs_plan(n_tasks: int, pairs: list[tuple[int, int]], clique: int = 0) -> Plan:
     plan = Plan()
     for i in range(n_tasks + clique):

@@ -12,7 +12,8 @@
 * slots of size s (the dual feasible function floor(x / s), valid on nodes of any
   capacities): a task asking x of a resource fills floor(x / s) slots of s, a node with
   capacity C has floor(C / s), and the tasks fill more than the nodes have (fragmentation:
-  enough GPUs in total, too few nodes with 3 free at once).
+  enough GPUs in total, too few nodes with 3 free at once); also with s the greatest
+  common divisor of the requests (the totals on the requests' grid).
 """
 
 from __future__ import annotations
@@ -93,9 +94,9 @@ def slot_conflict(p: Problem) -> Conflict | None:
     every = range(len(p.types))
     for it in p.items:
         tset = every if it.allowed is None else sorted({p.node_type[n] for n in it.allowed})
-        shorts = [_short(p, it, t, made) for t in tset]
-        if any(not s for s in shorts):
+        if any(not _short(p, it, t, made) for t in tset):  # stops at the first that fits
             continue
+        shorts = [_short(p, it, t, made) for t in tset]
         need = [r for r in it.nonzero if it.need(r)]
         cap_ids = {p.types[t].capsrc[r] for t in tset for r in need}
         gangs = {sid for g in it.loads if (sid := p.groups[g]) is not None}
@@ -282,7 +283,7 @@ def _slots(p: Problem, g: str, r: int, its: list[Item]) -> Conflict | None:
     sizes: dict[int, int] = {}
     for it in its:
         sizes[it.loads[g][r]] = sizes.get(it.loads[g][r], 0) + it.mult
-    for s in sorted(sizes, reverse=True)[:SLOT_SIZES]:
+    for s in _slot_sizes(sizes):
         filled = sum(k * (x // s) for x, k in sizes.items())
         room = sum(k * (c // s) for c, k in caps.items())
         if filled <= room:
@@ -302,6 +303,18 @@ def _slots(p: Problem, g: str, r: int, its: list[Item]) -> Conflict | None:
             f"(a node with C free has C // {q})",
         )
     return None
+
+
+def _slot_sizes(sizes: dict[int, int]) -> list[int]:
+    """The slot sizes to try: the largest distinct requests, and their greatest common
+    divisor g when it is none of them (tasks asking 4 and 6 fill x / 2 slots of 2 exactly,
+    so a node of capacity C holds at most C // 2 of those: the totals rounded down to a
+    multiple of g, which is what a tight packing of sizes on a grid leaves)."""
+    out = sorted(sizes, reverse=True)[:SLOT_SIZES]
+    g = math.gcd(*sizes)
+    if g > 1 and g not in out:
+        out.append(g)
+    return out
 
 
 def limit_count_conflict(p: Problem) -> Conflict | None:
