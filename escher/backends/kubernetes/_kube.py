@@ -30,6 +30,30 @@ JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
 
 
+def _watch(
+    list_call: Any,
+    args: tuple[Any, ...],
+    label_selector: str | None,
+    resource_version: str,
+    timeout_seconds: int,
+    on_response: Any,
+) -> Iterator[dict[str, Any]]:
+    """Open a watch through a list call; hand the raw response to `on_response` (to close it)."""
+    response = list_call(
+        *args,
+        label_selector=label_selector,
+        resource_version=resource_version,
+        timeout_seconds=timeout_seconds,
+        allow_watch_bookmarks=True,
+        watch=True,
+        _preload_content=False,
+        _request_timeout=(10, timeout_seconds + 10),
+    )
+    if on_response is not None:
+        on_response(response)
+    return _events(response)
+
+
 def _events(response: Any) -> Iterator[dict[str, Any]]:
     """The JSON lines of a watch response, one event each, until the server ends it."""
     try:
@@ -153,18 +177,8 @@ class KubeApi:
         on_response: Any = None,
     ) -> Iterator[dict[str, Any]]:
         """Stream node watch events (dicts with 'type' and 'object') until the server ends it."""
-        response = self.core.list_node(
-            label_selector=label_selector,
-            resource_version=resource_version,
-            timeout_seconds=timeout_seconds,
-            allow_watch_bookmarks=True,
-            watch=True,
-            _preload_content=False,
-            _request_timeout=(10, timeout_seconds + 10),
-        )
-        if on_response is not None:
-            on_response(response)
-        return _events(response)
+        return _watch(self.core.list_node, (), label_selector, resource_version,
+                      timeout_seconds, on_response)  # fmt: skip
 
     def json_patch_node_status(self, name: str, ops: list[dict[str, Any]]) -> dict[str, Any]:
         return self._call(  # type: ignore[no-any-return]
@@ -234,19 +248,8 @@ class KubeApi:
         on_response: Any = None,
     ) -> Iterator[dict[str, Any]]:
         """Stream watch events (dicts with 'type' and 'object') until the server ends it."""
-        response = self.core.list_namespaced_pod(
-            namespace,
-            label_selector=label_selector,
-            resource_version=resource_version,
-            timeout_seconds=timeout_seconds,
-            allow_watch_bookmarks=True,
-            watch=True,
-            _preload_content=False,
-            _request_timeout=(10, timeout_seconds + 10),
-        )
-        if on_response is not None:
-            on_response(response)
-        return _events(response)
+        return _watch(self.core.list_namespaced_pod, (namespace,), label_selector,
+                      resource_version, timeout_seconds, on_response)  # fmt: skip
 
     def list_events(self, namespace: str, field_selector: str) -> list[dict[str, Any]]:
         return self._items(
