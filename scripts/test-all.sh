@@ -2,8 +2,8 @@
 # Install every extra, provision the local Kubernetes control plane, run the whole test suite.
 # Without arguments the suite runs in two parts, each test exactly once. First every test but
 # the Ray ones, in parallel (pytest-xdist, ESCHER_TEST_WORKERS processes, default 4): the
-# Kubernetes tests share one worker and its control plane, their chaos tests another with a
-# plane of their own (tests/conftest.py groups them), the rest spreads over the other workers;
+# Kubernetes tests of one module share one worker and its control plane (modules spread over
+# the workers), their chaos tests a group of their own (tests/conftest.py groups them);
 # the cluster tests mostly wait, so this keeps 2 cores busy. Then the Ray tests (-m ray) alone
 # in one plain pytest process, as before (in xdist workers the Ray chaos tests failed: Ray's
 # node start registers a signal handler; run beside the rest, test_node_removal failed).

@@ -49,14 +49,19 @@ _CLUSTER_GROUPS = ("ray", "k8s")
 def _cluster_group(item: pytest.Item) -> str | None:
     """The xdist group of a test that needs a real cluster, else None.
 
-    The Kubernetes chaos tests (tests/chaos) form a group of their own: they run on their own
-    control plane, in another worker, at the same time as the other Kubernetes tests. The Ray
-    tests stay one group: two Ray clusters side by side made the Ray chaos tests fail.
+    The Kubernetes tests form a group per test module (a worker starts one control plane the
+    first time it runs one, and its later modules share it, as in a serial run), and their chaos
+    tests (tests/chaos) a group of their own. The Ray tests stay one group: two Ray clusters
+    side by side made the Ray chaos tests fail.
     """
     fixtures = getattr(item, "fixturenames", ())
     for name in _CLUSTER_GROUPS:
         if item.get_closest_marker(name) or f"{name}_cluster" in fixtures:
-            return f"{name}-chaos" if name == "k8s" and item.get_closest_marker("chaos") else name
+            if name == "ray":
+                return name
+            if item.get_closest_marker("chaos"):
+                return "k8s-chaos"
+            return f"k8s:{item.path.name}"  # a module's tests share a plane; modules spread
     return None
 
 
@@ -65,7 +70,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Under pytest-xdist, each group of cluster tests runs in one worker, on one cluster.
 
     The Ray tests (marked ``ray`` or using ``ray_cluster``) form one group and the Kubernetes
-    tests another (their chaos tests one more, see `_cluster_group`), so ``--dist
+    tests one per module (their chaos tests one more, see `_cluster_group`), so ``--dist
     loadgroup`` gives each group to a single worker, in collection order (the node-failure
     tests still run after the others), while the rest spreads out.
     """

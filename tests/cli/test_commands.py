@@ -37,7 +37,8 @@ def missing_backend() -> object:
 
 
 def test_backends_text_keeps_brackets_and_tells_availability(missing_backend: object) -> None:
-    result = CliRunner().invoke(main, ["backends"])
+    # wide enough that the name cell does not wrap, whatever terminal the run has
+    result = CliRunner(env={"COLUMNS": "200"}).invoke(main, ["backends"])
     assert result.exit_code == 0, result.output
     assert "memory (configured)" in result.stdout
     row = next(line for line in result.stdout.splitlines() if line.startswith("│ phantom"))

@@ -365,7 +365,7 @@ def solve(
         return ("unknown", "timeout while building the 0/1 model")
     m, clique = built
     if stop.is_set():
-        return ("unknown", "stopped: another engine answered first")
+        return ("unknown", "stopped: another engine answered first, or the deadline passed")
     if not m.pb and _has_pysat():
         solved = _clauses(m, deadline, stop)
     elif _int32_pb(m.pb) is None:
@@ -540,6 +540,18 @@ def _z3(
     finally:
         done.set()
         watcher.join(timeout=5.0)
+    try:
+        return _z3_answer(s, res, sel, b, m.n)
+    except z3.Z3Exception:  # the watcher interrupted the context as the check returned
+        return ("unknown", "stopped: another engine answered first, or the deadline passed")
+
+
+def _z3_answer(
+    s: Any, res: Any, sel: dict[frozenset[str], Any], b: list[Any], n: int
+) -> tuple[str, Any]:
+    """The 0/1 model's answer from a finished check: the core, the reason, or the true ones."""
+    import z3
+
     if res == z3.unsat:
         back = {v.get_id(): why for why, v in sel.items()}
         core: set[str] = set()
@@ -549,7 +561,7 @@ def _z3(
     if res != z3.sat:
         return ("unknown", str(s.reason_unknown()) or "the SAT engine gave up")
     model = s.model()
-    return ("sat", {v for v in range(1, m.n + 1) if z3.is_true(model.eval(b[v], True))})
+    return ("sat", {v for v in range(1, n + 1) if z3.is_true(model.eval(b[v], True))})
 
 
 def _candidates(p: Problem, i: int) -> tuple[list[int], frozenset[str]]:
