@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import time
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -100,3 +101,50 @@ def test_exact_model_proves_a_packing_infeasible() -> None:
     p = build(plan, state)
     assert _arcflow.solve(p, time.monotonic() + 30)[0] == "infeasible"
     assert not feasible(plan, state)
+
+
+def test_the_milp_runs_once_with_all_the_time_left(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No restarts: HiGHS keeps its search to the deadline instead of starting over."""
+    from escher.verify.engines import _bounded
+
+    calls: list[tuple[float, float]] = []
+    real = _bounded.milp
+
+    def recorded(a: Any, lo: Any, hi: Any, upper: Any, seconds: float, hard: float) -> Any:
+        calls.append((seconds, hard))
+        return real(a, lo, hi, upper, seconds, hard)
+
+    monkeypatch.setattr(_bounded, "milp", recorded)
+    plan, state = _triplets(30, 9, short=False)
+    p = build(plan, state)
+    monkeypatch.setattr(_arcflow, "_exact_fills", lambda *_: None)  # the MILP itself
+    start = time.monotonic()
+    status, placement = _arcflow.solve(p, start + 60.0)
+    assert status == "feasible" and placement is not None
+    assert len(calls) == 1
+    seconds, hard = calls[0]
+    assert 50.0 < seconds <= 60.0  # the whole budget, less the time to build the model
+    assert hard == seconds
+
+
+def test_each_projection_gets_an_equal_part_of_the_time_left(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from escher.verify.engines import _bounded
+
+    calls: list[float] = []
+
+    def unknown(a: Any, lo: Any, hi: Any, upper: Any, seconds: float, hard: float) -> Any:
+        calls.append(seconds)
+        return (1, None)  # the solver's time limit: no answer
+
+    monkeypatch.setattr(_bounded, "milp", unknown)
+    plan = Plan()
+    for i in range(12):
+        plan.add_task(f"t{i}", {"CPU": 3 + i % 3, "memory": 5 + i % 4}, source=f"t{i}")
+    nodes = [{"id": f"n{i}", "total": {"CPU": 16, "memory": 24}} for i in range(4)]
+    p = build(plan, ClusterState.from_dict({"nodes": nodes}))
+    assert _arcflow.project(p, time.monotonic() + 40.0) is None
+    assert len(calls) == 2  # one run per resource
+    assert 15.0 < calls[0] <= 20.0  # half of the time left, not all of it
+    assert calls[1] > 15.0  # the first one's unused time passes on

@@ -3,7 +3,8 @@
 HiGHS checks its own time limit only between some of its steps: on a 1,000-node arc-flow
 model it was seen to run 297 s past a 9.5 s limit inside one root-node step. So on Linux the
 solver runs in a forked child process that is killed if it has not answered by the hard
-deadline (a little after the solver's own limit). HiGHS never runs in the parent then, so
+deadline (the caller's; arc-flow gives the solver its whole remaining time as its own limit
+too, so the kill is the backstop). HiGHS never runs in the parent then, so
 no child inherits its thread pool half set up. Elsewhere (no `fork`, or inside a daemon
 process, which may not have children) it runs in this process and its own limit is all
 there is.
@@ -15,10 +16,6 @@ import multiprocessing
 import sys
 from multiprocessing.connection import Connection
 from typing import Any
-
-#: Seconds past the solver's own limit before its process is killed: 10% of the limit and
-#: this much more.
-GRACE = 0.25
 
 #: (scipy's status code, the solution or None); status None: killed or failed.
 Outcome = tuple[int | None, Any]
@@ -53,11 +50,6 @@ def milp(a: Any, lo: Any, hi: Any, upper: Any, seconds: float, hard_seconds: flo
         if child.is_alive():
             child.kill()
         child.join(timeout=5.0)
-
-
-def hard_limit(seconds: float, left: float) -> float:
-    """The wall time a run with solver limit `seconds` may take, at most `left`."""
-    return min(left, seconds * 1.1 + GRACE)
 
 
 def _can_fork() -> bool:

@@ -104,18 +104,30 @@ class _Packer:
                 have[lid] = have.get(lid, 0) + cnt * k
 
 
-def _order_nodes(p: Problem, it: Item, strategy: str = "align") -> list[int]:
+#: Node types (or nodes) scored or dealt between two looks at the deadline.
+DEADLINE_STRIDE = 64
+
+
+def _order_nodes(
+    p: Problem, it: Item, strategy: str = "align", deadline: float | None = None
+) -> list[int]:
     """Candidate nodes for `it`, type by type.
 
     Types that waste the fewest scarce resources (ones the item does not need) come first;
     ties go to the type whose capacity vector is best aligned with the request ("align"),
     the largest ("big") or the type order ("plain").
+
+    Raises:
+        Timeout: `deadline` passed (scoring is per node type, and a tight packing at 1,000
+            nodes has about as many types as nodes, for each class).
     """
     holders = p.holders()
     totals = p.totals()
     need = {r: it.need(r) for r in it.nonzero if it.need(r)}
     scored = []
     for t, nt in enumerate(p.types):
+        if deadline is not None and t % DEADLINE_STRIDE == 0 and time.monotonic() > deadline:
+            raise Timeout
         # what the type has that the item does not need, weighted by how rare it is
         waste = p.type_spread(t) - sum(
             1.0 / holders[r] for r in need if nt.cap[r] is None or nt.cap[r]
@@ -214,7 +226,7 @@ def _place_class(
     it = p.items[idxs[0]]
     want = sum(p.items[i].mult for i in idxs)
     if targets is None:
-        order = _order_nodes(p, it, "align" if strategy == "spread" else strategy)
+        order = _order_nodes(p, it, "align" if strategy == "spread" else strategy, deadline)
         rule = _domainfill.class_rule(p, idxs)
         if rule is not None:  # deal the copies to the domains first
             return _domainfill.fill(p, it, order, want, rule, packer.fit, packer.place, deadline)
@@ -226,7 +238,7 @@ def _place_class(
     if strategy == "spread":
         leftovers: list[tuple[Sequence[int], int]] = []
         for nodes, n_want in jobs:
-            got, left = _even(p, packer, it, nodes, n_want, offsets)
+            got, left = _even(p, packer, it, nodes, n_want, offsets, deadline)
             spots.extend(got)
             if left:
                 leftovers.append((nodes, left))
@@ -251,6 +263,11 @@ def greedy(
 
     Returns:
         A placement (not yet checked) or None when the heuristic got stuck.
+
+    Raises:
+        Timeout: `deadline` (a `time.monotonic()` value) passed; it is looked at before
+            each class and inside the loops over node types and nodes, so a greedy pass
+            ends within a few node visits of it.
     """
     packer = _Packer(p)
     placement: Placement = [[] for _ in p.items]
@@ -264,6 +281,8 @@ def greedy(
     for idxs in _class_order(p, order_all):
         if fixed and fixed[idxs[0]]:
             continue
+        if deadline is not None and time.monotonic() > deadline:
+            raise Timeout
         spots = _place_class(p, packer, idxs, targets, strategy, deadline, offsets)
         if spots is None:
             return None
@@ -328,6 +347,7 @@ def _even(
     nodes: Sequence[int],
     want: int,
     offsets: dict[int, int],
+    deadline: float | None = None,
 ) -> tuple[list[int], int]:
     """Deal `want` copies evenly over `nodes` (identical ones); extras rotate so that no node
     collects the remainder of every class. Returns (spots, copies that did not fit)."""
@@ -340,6 +360,8 @@ def _even(
     spots: list[int] = []
     left = 0
     for j, n in enumerate(nodes):
+        if deadline is not None and j % DEADLINE_STRIDE == 0 and time.monotonic() > deadline:
+            raise Timeout
         k = base + (1 if (j - off) % m < rem else 0)
         if not k:
             continue
