@@ -12,9 +12,12 @@ before ``import ray``::
 
 from __future__ import annotations
 
+import copy
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 #: The repository root of this checkout.
 REPO = Path(__file__).resolve().parents[1]
@@ -32,3 +35,20 @@ RAY_ENV = {
         ("RAY_ENABLE_AUTO_CONNECT", "0"),
     )
 }
+
+
+def anti_affinity_pod(
+    template: Mapping[str, Any], i: int, groups: int, namespace: str
+) -> dict[str, Any]:
+    """Pod i of a run from scheduler_perf's `pod-with-pod-anti-affinity.yaml` template: named
+    ``aa-<i>``, colour ``g<i % groups>``, its required anti-affinity term matching that
+    colour in `namespace` (one group per colour, as the Kubernetes benchmark has one)."""
+    pod = copy.deepcopy(dict(template))
+    color = f"g{i % groups}"
+    pod["metadata"] = {"name": f"aa-{i}", "labels": {"color": color}}
+    term = pod["spec"]["affinity"]["podAntiAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ][0]
+    term["labelSelector"] = {"matchLabels": {"color": color}}
+    term["namespaces"] = [namespace]
+    return pod

@@ -34,7 +34,7 @@ import time
 import uuid
 from typing import Any
 
-import _setup  # noqa: F401 - this checkout first on sys.path
+import _setup  # this checkout first on sys.path; the pod builder
 
 from escher.backends.kubernetes import KubernetesBackend
 from escher.backends.kubernetes._kube import KubeApi
@@ -326,15 +326,7 @@ def native_anti_affinity(cp: ControlPlane, kube: KubeApi, pods: int, groups: int
     base, _ = template("pod-with-pod-anti-affinity.yaml")
     run = Run(kube, namespace, pods)
     for i in range(pods):
-        pod = copy.deepcopy(base)
-        color = f"g{i % groups}"
-        pod["metadata"] = {"name": f"aa-{i}", "labels": {"color": color}}
-        term = pod["spec"]["affinity"]["podAntiAffinity"][
-            "requiredDuringSchedulingIgnoredDuringExecution"
-        ][0]
-        term["labelSelector"] = {"matchLabels": {"color": color}}
-        term["namespaces"] = [namespace]
-        kube.create_pod(namespace, pod)
+        kube.create_pod(namespace, _setup.anti_affinity_pod(base, i, groups, namespace))
     run.submitted_now()
     result = run.finish()
     result["setup_s"] = 0.0

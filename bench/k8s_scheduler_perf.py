@@ -30,7 +30,6 @@ Needs scripts/provision-k8s.sh (binaries) and pip install 'escher-sched[k8s]'.
 from __future__ import annotations
 
 import argparse
-import copy
 import itertools
 import json
 import os
@@ -44,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import _setup  # noqa: F401 - this checkout first on sys.path
+import _setup  # this checkout first on sys.path; the pod builder
 
 from escher.backends.kubernetes import KubernetesBackend
 from escher.core.resources import Resources
@@ -274,14 +273,7 @@ def create_nodes(cp: ControlPlane, count: int) -> None:
 
 def native_pod(i: int, groups: int, namespace: str) -> dict[str, Any]:
     """Pod i of the run: the template's anti-affinity with colour g<i % groups>."""
-    pod = copy.deepcopy(POD_TEMPLATE)
-    color = f"g{i % groups}"
-    pod["metadata"] = {"name": f"aa-{i}", "labels": {"color": color}}
-    term = pod["spec"]["affinity"]["podAntiAffinity"][
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    ][0]
-    term["labelSelector"] = {"matchLabels": {"color": color}}
-    term["namespaces"] = [namespace]
+    pod = _setup.anti_affinity_pod(POD_TEMPLATE, i, groups, namespace)
     pod["spec"]["nodeSelector"] = {"bench": "sched-perf"}
     return pod
 

@@ -5,8 +5,9 @@ node merge (later calls win per label), so the writes of several calls and sever
 made within a short window become one write per node. A batch is written when the backend
 is about to launch or read (`flush`, a barrier: everything queued before it has taken
 effect when it returns), or by a background thread once no call added to it for `window`
-seconds (or it is `max_delay` old). One flush runs at a time, so writes to a node are
-applied in call order.
+seconds (or it is `max_delay` old); a call still choosing its nodes (`calling`) counts as
+adding, so a slow node read between two calls does not split their batch. One flush runs
+at a time, so writes to a node are applied in call order.
 
 A node write that fails changed nothing on that node (the backend's write is all or
 nothing per node); its error is owed to every thread whose calls it carried and raised by
@@ -15,12 +16,13 @@ that thread's next call into the backend (`raise_owed`), naming the calls it car
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from escher.core.errors import BackendError, EscherError
@@ -70,6 +72,8 @@ class WriteCoalescer:
         self._flush_lock = threading.Lock()
         self._pending: dict[str, _NodeBatch] = {}
         self._first = self._last = 0.0
+        #: Calls between `calling()` and their end (they may still add to the batch).
+        self._calling = 0
         #: Errors owed to threads (forgotten with a thread that ended; they were logged).
         self._owed: weakref.WeakKeyDictionary[threading.Thread, list[EscherError]] = (
             weakref.WeakKeyDictionary()
@@ -113,6 +117,20 @@ class WriteCoalescer:
                 batch.calls += 1
             self._ensure_thread()
             self._wake.notify()
+
+    @contextlib.contextmanager
+    def calling(self) -> Iterator[None]:
+        """Around a call that may `submit`: while it runs (e.g. reads the nodes it will
+        write), the background thread holds the batch; its window restarts when it ends."""
+        with self._lock:
+            self._calling += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._calling -= 1
+                self._last = max(self._last, time.monotonic())
+                self._wake.notify()
 
     def pending_labels(self) -> set[str]:
         """The labels of every queued (not yet written) change."""
@@ -186,7 +204,9 @@ class WriteCoalescer:
                 if self._closed:
                     return
                 now = time.monotonic()
-                due = min(self._last + self.window, self._first + self.max_delay)
+                due = self._first + self.max_delay
+                if not self._calling:  # a call still choosing its nodes may add to it
+                    due = min(due, self._last + self.window)
                 if now < due:
                     self._wake.wait(due - now)
                     continue

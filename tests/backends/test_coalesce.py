@@ -68,6 +68,28 @@ def test_the_background_thread_writes_after_the_window() -> None:
     writes.close()
 
 
+def test_a_call_still_choosing_its_nodes_holds_the_batch_until_max_delay() -> None:
+    """Ten calls whose node reads each take longer than the window still make one batch
+    (a slow LIST between them does not split it); `max_delay` still bounds the wait."""
+    rec = Recorder()
+    writes = WriteCoalescer(rec, window=0.01, max_delay=5.0)
+    for i in range(3):
+        with writes.calling():
+            time.sleep(0.05)  # reading the nodes: 5 windows
+            writes.submit(["a", "b"], {f"g{i}": 1})
+    writes.flush()
+    assert len(rec.batches) == 1 and writes.node_writes == 2
+    held = WriteCoalescer(rec, window=0.01, max_delay=0.2)
+    held.submit(["c"], {"x": 1})
+    start = time.monotonic()
+    with held.calling():  # a call that never ends its read: max_delay writes anyway
+        while "c" not in rec.nodes and time.monotonic() - start < 10:
+            time.sleep(0.01)
+    assert rec.nodes["c"] == {"x": 1} and 0.15 <= time.monotonic() - start < 10
+    writes.close()
+    held.close()
+
+
 def test_window_zero_writes_before_returning_and_raises_there() -> None:
     rec = Recorder()
     writes = WriteCoalescer(rec, window=0)

@@ -34,6 +34,8 @@ class NodeWatch:
         self._watch_seconds = watch_seconds
         self._records: dict[str, NodeRecord] = {}
         self._in_step = False
+        #: Set once the first list was tried (in step, failed, or not allowed).
+        self._tried = threading.Event()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -50,9 +52,13 @@ class NodeWatch:
                 )
                 self._thread.start()
 
-    def records(self, nodes: Iterable[str]) -> dict[str, NodeRecord | None] | None:
+    def records(
+        self, nodes: Iterable[str], first_wait: float = 0.0
+    ) -> dict[str, NodeRecord | None] | None:
         """Each of `nodes` -> its record (None: no such eligible node); None while the
-        watch is not in step with the server."""
+        watch is not in step with the server. Until the first list was tried, wait up to
+        `first_wait` seconds for it (a caller that would list the nodes itself otherwise)."""
+        self._tried.wait(first_wait)
         with self._lock:
             if not self._in_step:
                 return None
@@ -61,6 +67,7 @@ class NodeWatch:
     def stop(self, timeout: float = 5.0) -> None:
         """Stop watching."""
         self._stop.set()
+        self._tried.set()
         with self._lock:
             self._in_step = False
             thread = self._thread
@@ -78,7 +85,10 @@ class NodeWatch:
         while not self._stop.is_set():
             try:
                 if version is None:
-                    version = self._list()
+                    try:
+                        version = self._list()
+                    finally:
+                        self._tried.set()
                 version = self._watch(version)
                 failures = 0
             except ApiException as exc:

@@ -36,6 +36,9 @@ from escher.core.nodespec import NodeSpec
 
 #: Bound pods that hold resources: not finished.
 BOUND_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+#: Seconds the first node check waits for the node watch's own first list (instead of
+#: listing the nodes a second time).
+FIRST_LIST_WAIT = 5.0
 
 
 def escape(key: str) -> str:
@@ -258,16 +261,17 @@ class NodeStore:
     def lost(self, nodes: Iterable[str]) -> dict[str, NodeRecord | None]:
         """Of `nodes`, those that are gone (None) or not Ready (their record).
 
-        A periodic check: answered from the node watch (started on the first call), which
-        costs nothing while the nodes do not change; while the watch is not in step with
-        the server, from one LIST served by the API server's cache. What the store remembers
+        A periodic check: answered from the node watch (started on the first call, which
+        waits up to `FIRST_LIST_WAIT` for its first list), which costs nothing while the
+        nodes do not change; while the watch is not in step with the server, from one LIST
+        served by the API server's cache. What the store remembers
         is left as it is (either may be a moment behind).
         """
         wanted = set(nodes)
         if not wanted:
             return {}
         self._watch.start()
-        known = self._watch.records(wanted)
+        known = self._watch.records(wanted, first_wait=FIRST_LIST_WAIT)
         if known is None:
             known = self._cached_records(wanted)
         return {node: rec for node, rec in known.items() if rec is None or not rec.ready}

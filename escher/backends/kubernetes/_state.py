@@ -27,6 +27,10 @@ class NodeRecord:
     alive: bool
     #: False once the node's Ready condition is False or Unknown (its kubelet is gone).
     ready: bool = True
+    #: `allocatable` parsed, by the `Names` it was parsed with (a launch checks it).
+    _parsed: tuple[Names, dict[str, float]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     @classmethod
     def parse(cls, obj: Mapping[str, Any]) -> NodeRecord:
@@ -57,6 +61,13 @@ class NodeRecord:
 
     def matches(self, selector: Mapping[str, str]) -> bool:
         return all(self.labels.get(k) == v for k, v in selector.items())
+
+    def allocatable_vector(self, names: Names) -> dict[str, float]:
+        """`allocatable` in escher's names and numbers (parsed once per record)."""
+        parsed = self._parsed
+        if parsed is None or parsed[0] is not names:
+            parsed = self._parsed = (names, _vector(self.allocatable, names))
+        return parsed[1]
 
 
 def _vector(quantities: Mapping[str, Any], names: Names) -> dict[str, float]:
@@ -117,7 +128,7 @@ def build_state(
     """The `ClusterState` of `records` with what bound pods hold subtracted."""
     nodes: dict[str, Node] = {}
     for rec in records:
-        total = Resources(_vector(rec.allocatable, names))
+        total = Resources(rec.allocatable_vector(names))
         held = Resources(_vector(usage.by_node.get(rec.name, {}), names))
         ephemeral = frozenset(names.from_k8s(k) for k in rec.allocatable if names.is_ephemeral(k))
         nodes[rec.name] = Node(
@@ -144,4 +155,4 @@ def physical_fits(
     )
     if not physical:
         return True
-    return any(rec.alive and physical.fits_in(_vector(rec.allocatable, names)) for rec in records)
+    return any(rec.alive and physical.fits_in(rec.allocatable_vector(names)) for rec in records)

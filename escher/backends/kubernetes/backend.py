@@ -304,12 +304,13 @@ class KubernetesBackend(Backend):
     def _set_resources(self, capacities: dict[str, float], spec: NodeSpec) -> list[str]:
         self._ensure_open()
         self._writes.raise_owed()
-        targets = self._targets(spec)
-        if targets:
-            for node in targets:  # bad input raises before anything is queued
-                self._nodes.check_writable(node, capacities)
-            self._hold_lease()
-            self._writes.submit(targets, capacities)
+        with self._writes.calling():  # a slow node read does not split a burst's batch
+            targets = self._targets(spec)
+            if targets:
+                for node in targets:  # bad input raises before anything is queued
+                    self._nodes.check_writable(node, capacities)
+                self._hold_lease()
+                self._writes.submit(targets, capacities)
         return targets
 
     def _hold_lease(self) -> None:
