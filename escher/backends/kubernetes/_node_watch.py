@@ -3,8 +3,9 @@
 The node-loss check asks every few seconds about the nodes under its pods. Listing every
 node each time costs the API server, etcd and the client O(nodes) per check (at 1,000 nodes
 about 3 MB of JSON); a watch costs nothing while the nodes do not change. It lists once
-(from the API server's cache), then watches from that resourceVersion; a watch that ends or
-breaks resumes from the last version it saw, a 410 Gone lists again. While it is not in step
+(from the API server's cache), then watches from that resourceVersion
+(`_informer.list_and_watch`: a watch that ends or breaks resumes from the last version it
+saw, a 410 Gone lists again). While it is not in step
 with the server (before the first list, after a failure until the watch is back) `records`
 answers None and the caller reads the nodes itself; so it does for good if the identity
 may not watch nodes (403).
@@ -18,7 +19,8 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from escher.backends.kubernetes._kube import ApiException, KubeApi
+from escher.backends.kubernetes._informer import list_and_watch
+from escher.backends.kubernetes._kube import KubeApi
 from escher.backends.kubernetes._retry import pause
 from escher.backends.kubernetes._state import NodeRecord
 
@@ -80,48 +82,38 @@ class NodeWatch:
 
     # --- the thread ---------------------------------------------------------------------
     def _run(self) -> None:
-        version: str | None = None
-        failures = 0
-        while not self._stop.is_set():
-            try:
-                if version is None:
-                    try:
-                        version = self._list()
-                    finally:
-                        self._tried.set()
-                version = self._watch(version)
-                failures = 0
-            except ApiException as exc:
-                self._out_of_step()
-                if exc.status == 410:
-                    version = None  # too old for the server: list again
-                    continue
-                if exc.status == 403:  # no `watch nodes` for this identity: checks list
-                    log.info("not allowed to watch nodes; the node check lists them instead")
-                    return
-                failures = self._failed(exc.status, failures)
-            except Exception as exc:
-                self._out_of_step()
-                failures = self._failed(exc, failures)
+        list_and_watch(self._stop, self._list, self._open_watch, self._apply, self._failed,
+                       out_of_step=self._out_of_step)  # fmt: skip
+
+    def _open_watch(self, version: str) -> Iterable[dict[str, Any]]:
+        return self._api.watch_nodes(
+            self._selector, version, self._watch_seconds, on_response=self._in_step_again
+        )
 
     def _out_of_step(self) -> None:
         with self._lock:
             self._in_step = False
 
-    def _failed(self, what: object, failures: int) -> int:
+    def _failed(self, what: object, failures: int, resuming: bool) -> int | None:
+        if what == 403:  # no `watch nodes` for this identity: the checks list instead
+            log.info("not allowed to watch nodes; the node check lists them instead")
+            return None
         if failures == 0 and not self._stop.is_set():
             log.info("node watch interrupted (%s); the node check lists meanwhile", what)
         pause(failures, self._stop)
         return failures + 1
 
     def _list(self) -> str:
-        items, version = self._api.list_nodes_cached(self._selector)
-        self.lists += 1
-        records = {rec.name: rec for rec in map(NodeRecord.parse, items)}
-        with self._lock:
-            self._records = records
-            self._in_step = not self._stop.is_set()
-        return version
+        try:
+            items, version = self._api.list_nodes_cached(self._selector)
+            self.lists += 1
+            records = {rec.name: rec for rec in map(NodeRecord.parse, items)}
+            with self._lock:
+                self._records = records
+                self._in_step = not self._stop.is_set()
+            return version
+        finally:
+            self._tried.set()  # in step, or failed: `records` stops waiting for it
 
     def _in_step_again(self, response: Any) -> None:
         """The watch answered: from here on it delivers every change since `version`."""
@@ -129,24 +121,12 @@ class NodeWatch:
         with self._lock:
             self._in_step = not self._stop.is_set()
 
-    def _watch(self, version: str) -> str:
-        events = self._api.watch_nodes(
-            self._selector, version, self._watch_seconds, on_response=self._in_step_again
-        )
-        for event in events:
-            kind = event.get("type")
-            obj = event.get("object") or {}
-            if kind == "ERROR":
-                raise ApiException(status=int(obj.get("code") or 500), reason=obj.get("message"))
-            version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
-            if kind in ("ADDED", "MODIFIED"):
-                rec = NodeRecord.parse(obj)
-                with self._lock:
-                    self._records[rec.name] = rec
-            elif kind == "DELETED":
-                name = (obj.get("metadata") or {}).get("name")
-                with self._lock:
-                    self._records.pop(str(name), None)
-            if self._stop.is_set():
-                break
-        return version
+    def _apply(self, kind: str, obj: dict[str, Any]) -> None:
+        if kind in ("ADDED", "MODIFIED"):
+            rec = NodeRecord.parse(obj)
+            with self._lock:
+                self._records[rec.name] = rec
+        elif kind == "DELETED":
+            name = (obj.get("metadata") or {}).get("name")
+            with self._lock:
+                self._records.pop(str(name), None)

@@ -1,11 +1,11 @@
 """One watcher thread per backend: pod events -> task handles.
 
-It lists the session's pods, then watches from that resourceVersion. A watch that ends or
-breaks (the API server restarted, the connection dropped) resumes from the last
-resourceVersion it saw; only a 410 Gone (that version is older than the server keeps) makes
-it list again, and then pods that vanished in the gap are reported as deleted (`on_gone`).
-Finished pods are deleted by a second, small cleanup thread so the watch never waits on a
-DELETE; a deletion the server could not take is tried again.
+It lists the session's pods, then watches from that resourceVersion (the loop of
+`_informer.list_and_watch`: a broken watch resumes from the last resourceVersion it saw;
+only a 410 Gone lists again), and after a relist, pods that vanished in the gap are
+reported as deleted (`on_gone`). Finished pods are deleted by a second, small cleanup
+thread so the watch never waits on a DELETE; a deletion the server could not take is tried
+again.
 """
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ import contextlib
 import logging
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from escher.backends.kubernetes._kube import ApiException, KubeApi
+from escher.backends.kubernetes._informer import list_and_watch
+from escher.backends.kubernetes._kube import KubeApi
 from escher.backends.kubernetes._retry import patiently, pause
 
 log = logging.getLogger("escher.kubernetes")
@@ -96,22 +97,16 @@ class PodTracker:
         self._response = response
 
     def _run(self) -> None:
-        version: str | None = None
-        failures = 0
-        while not self._stop.is_set():
-            try:
-                if version is None:
-                    version = self._list()
-                    self._started.set()
-                version = self._watch(version)
-                failures = 0
-            except ApiException as exc:
-                if exc.status == 410:
-                    version = None  # too old for the server: list again
-                    continue
-                failures = self._failed(exc.status, failures, version is not None)
-            except Exception as exc:
-                failures = self._failed(exc, failures, version is not None)
+        list_and_watch(self._stop, self._list, self._open_watch, self._dispatch, self._failed)
+
+    def _open_watch(self, version: str) -> Iterable[dict[str, Any]]:
+        return self._api.watch_pods(
+            self._namespace,
+            self._selector,
+            version,
+            self._watch_seconds,
+            on_response=self._set_response,
+        )
 
     def _failed(self, what: object, failures: int, resuming: bool) -> int:
         """Log (once per outage), pause before the next try; the count of failures so far."""
@@ -139,25 +134,7 @@ class PodTracker:
                 self._on_gone(before, present)
             except Exception:
                 log.exception("handling pods gone during a relist failed")
-        return version
-
-    def _watch(self, version: str) -> str:
-        for event in self._api.watch_pods(
-            self._namespace,
-            self._selector,
-            version,
-            self._watch_seconds,
-            on_response=self._set_response,
-        ):
-            kind = event.get("type")
-            obj = event.get("object") or {}
-            if kind == "ERROR":
-                raise ApiException(status=int(obj.get("code") or 500), reason=obj.get("message"))
-            version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
-            if kind != "BOOKMARK":
-                self._dispatch(str(kind), obj)
-            if self._stop.is_set():
-                break
+        self._started.set()
         return version
 
     def _dispatch(self, kind: str, pod: dict[str, Any]) -> None:

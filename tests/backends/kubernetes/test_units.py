@@ -320,3 +320,62 @@ def test_a_refusal_is_retried_only_when_the_server_could_not_reach_its_backends(
 def test_no_answer_is_always_retried() -> None:
     assert transient(ConnectionRefusedError("refused"))
     assert not transient(KeyboardInterrupt())
+
+
+# --- the list-then-watch loop -------------------------------------------------------------
+def test_follow_hands_over_events_and_returns_the_last_version() -> None:
+    import threading
+
+    from escher.backends.kubernetes._informer import follow
+    from escher.backends.kubernetes._kube import ApiException
+
+    seen: list[tuple[str, str]] = []
+    events = [
+        {"type": "ADDED", "object": {"metadata": {"name": "a", "resourceVersion": "5"}}},
+        {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "7"}}},
+        {"type": "DELETED", "object": {"metadata": {"name": "a", "resourceVersion": "9"}}},
+    ]
+    stop = threading.Event()
+    handle = lambda kind, obj: seen.append((kind, obj["metadata"]["name"]))  # noqa: E731
+    assert follow(events, "1", stop, handle) == "9"
+    assert seen == [("ADDED", "a"), ("DELETED", "a")]  # a bookmark only moves the version
+    gone = [{"type": "ERROR", "object": {"code": 410, "message": "too old"}}]
+    with pytest.raises(ApiException) as info:
+        follow(gone, "9", stop, handle)
+    assert info.value.status == 410
+
+
+def test_list_and_watch_resumes_relists_after_gone_and_ends_when_told() -> None:
+    import threading
+
+    from escher.backends.kubernetes._informer import list_and_watch
+    from escher.backends.kubernetes._kube import ApiException
+
+    stop = threading.Event()
+    calls: list[str] = []
+
+    def relist() -> str:
+        calls.append("list")
+        return "10"
+
+    def watch(version: str) -> list[dict[str, Any]]:
+        calls.append(f"watch@{version}")
+        if len(calls) == 2:  # the first watch: one event, then the server ends it
+            return [{"type": "MODIFIED", "object": {"metadata": {"resourceVersion": "11"}}}]
+        if len(calls) == 3:
+            raise ConnectionError("dropped")  # resumes from 11
+        if len(calls) == 4:
+            raise ApiException(status=410)  # too old: lists again
+        raise ApiException(status=403)  # on_failure ends the loop
+
+    failures: list[object] = []
+
+    def on_failure(what: object, count: int, resuming: bool) -> int | None:
+        failures.append(what)
+        return None if what == 403 else count + 1
+
+    steps: list[str] = []
+    list_and_watch(stop, relist, watch, lambda kind, obj: None, on_failure,
+                   out_of_step=lambda: steps.append("out"))  # fmt: skip
+    assert calls == ["list", "watch@10", "watch@11", "watch@11", "list", "watch@10"]
+    assert len(failures) == 2 and failures[1] == 403 and steps == ["out"] * 3
