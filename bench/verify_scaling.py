@@ -485,6 +485,36 @@ def tight_kinds(n_nodes: int, seed: int) -> tuple[Plan, Any, bool]:
     return _jobs(names, rng, True, shapes), {"nodes": nodes}, True
 
 
+def tight_splits(n_nodes: int, seed: int) -> tuple[Plan, Any, bool]:
+    """A fourth construction of tight packings (p4), written apart from the engines that
+    decide them: 3-7 resources (by instance); every node has random capacities of its own,
+    and its capacity times 0.98-1.0 per resource is split into 4-8 tasks at random
+    (resource by resource, each on the resource's grid). Nearly every task is a shape of
+    its own (about 6 per node). Feasible by construction (a node holds the tasks cut from
+    it)."""
+    rng = random.Random(seed * 7253 + 5)
+    nres = rng.randint(3, 7)
+    names = [f"r{r}" for r in range(nres)]
+    grid = [rng.choice([1, 2, 5, 10]) for _ in range(nres)]
+    top = [rng.choice([32, 64, 128, 256]) for _ in range(nres)]
+    nodes: list[dict[str, Any]] = []
+    tasks: list[tuple[int, ...]] = []
+    for i in range(n_nodes):
+        cap = [rng.randint(top[r] // 2, top[r]) * grid[r] for r in range(nres)]
+        k = rng.randint(4, 8)
+        cols = []
+        for r in range(nres):
+            target = int(cap[r] * rng.uniform(0.98, 1.0)) // grid[r]
+            cols.append([q * grid[r] for q in _split(target, k, 1, rng)])
+        tasks += [tuple(col[j] for col in cols) for j in range(k)]
+        nodes.append({"id": f"s-{i:05d}", "total": {names[r]: cap[r] for r in range(nres)}})
+    label = ["w" + "-".join(map(str, t)) for t in tasks]
+    shapes = {
+        n: {names[r]: int(q) for r, q in enumerate(n[1:].split("-")) if int(q)} for n in set(label)
+    }
+    return _jobs(label, rng, True, shapes), {"nodes": nodes}, True
+
+
 def tight_variant(made: tuple[Plan, Any, bool], variant: str, seed: int) -> tuple[Plan, Any, Any]:
     """A feasible tight packing made infeasible, perhaps: "short" drops one node at random,
     "extra" adds one more copy of the largest task. The expected verdict is infeasible
