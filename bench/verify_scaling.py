@@ -340,10 +340,12 @@ def _p5_catalogue(rng: random.Random, n: int) -> list[tuple[int, ...]]:
     return sorted(out)
 
 
-def tight(n_nodes: int, seed: int, grouped: bool = True) -> tuple[Plan, Any, bool]:
-    """Five resources packed to 98-100% with ~100 distinct shapes: each node (of three
-    kinds) is filled from a random catalogue while some shape fits; then its capacity is
-    what its own tasks use over a factor of 0.98-1.0 per resource (feasible by
+def tight(
+    n_nodes: int, seed: int, grouped: bool = True, fill: tuple[float, float] = (0.98, 1.0)
+) -> tuple[Plan, Any, bool]:
+    """Five resources packed to 98-100% (`fill`) with ~100 distinct shapes: each node (of
+    three kinds) is filled from a random catalogue while some shape fits; then its capacity
+    is what its own tasks use over a factor of 0.98-1.0 per resource (feasible by
     construction; about as many node types as nodes)."""
     rng = random.Random(seed)
     cat = _p5_catalogue(rng, 100)
@@ -362,7 +364,7 @@ def tight(n_nodes: int, seed: int, grouped: bool = True) -> tuple[Plan, Any, boo
             for r in range(5):
                 free[r] -= s[r]
                 used[r] += s[r]
-        cap = [int(u / rng.uniform(0.98, 1.0)) for u in used]
+        cap = [int(u / rng.uniform(*fill)) for u in used]
         nodes.append(
             {"id": f"{kind}-{i:05d}", "total": {P5_RES[r]: cap[r] for r in range(5) if cap[r]}}
         )
