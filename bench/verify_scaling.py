@@ -753,7 +753,8 @@ def engine_instances(seed: int, big: bool) -> list[tuple[str, int, Any]]:
     """The families of the engine table: fragmentation with other GPU shapes (g, g-ok) and
     family d at 100/1,000 (and 10,000 with `big`) nodes, zero-slack triplets, tight
     5-resource packings (p: a capacity per node; p2: random multisets; p3: 2-4 fixed node
-    kinds; -short one node fewer, -extra one task more), and graph colouring (120 tasks on
+    kinds; p4: 3-7 resources, random splits of random capacities; p-90: p filled to 85-90%;
+    -short one node fewer, -extra one task more), and graph colouring (120 tasks on
     4 nodes with 600 separated pairs, feasible; col-k: with a 5-clique; col-s: 30 tasks on
     3 nodes with a 4-clique; col-l: 1,000 tasks on 8 nodes with 5,000 pairs)."""
     sizes = [100, 1000, 10000] if big else [100, 1000]
@@ -771,6 +772,8 @@ def engine_instances(seed: int, big: bool) -> list[tuple[str, int, Any]]:
         out.append(("p", n, lambda n=n: tight(n, seed)))
         out.append(("p2", n, lambda n=n: tight_sets(n, seed)))
         out.append(("p3", n, lambda n=n: tight_kinds(n, seed)))
+        out.append(("p4", n, lambda n=n: tight_splits(n, seed)))
+        out.append(("p-90", n, lambda n=n: tight(n, seed, fill=(0.85, 0.9))))
         for fam, make in (("p", tight), ("p3", tight_kinds)):
             for v in ("short", "extra"):
                 out.append(
@@ -812,11 +815,12 @@ def colouring_instances(seed: int) -> list[tuple[str, int, Any]]:
 def _without_optional() -> None:
     """This process as if only the required packages were installed: no orjson, msgspec
     (file reading); the engines that need scipy or python-sat report themselves missing."""
-    from escher.verify.engines import _arcflow, _graph
+    from escher.verify.engines import _arcflow, _graph, _lns
 
     for name in ("orjson", "msgspec"):
         sys.modules[name] = None  # type: ignore[assignment]
     _arcflow.available = lambda: False  # type: ignore[assignment]
+    _lns.available = lambda: False  # type: ignore[assignment]
     _graph._has_pysat = lambda: False  # type: ignore[assignment]
 
 

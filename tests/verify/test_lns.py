@@ -25,10 +25,10 @@ def _problem(plan: Plan, state: ClusterState) -> Problem:
     return build(plan, state, deadline=time.monotonic() + 60)
 
 
-@pytest.mark.parametrize("seed", [2, 5])
-def test_a_packing_the_first_fills_leave_unfinished_is_completed(seed: int) -> None:
-    # Five resources filled to 85-90% at 30 nodes: the greedy orders place only part.
-    plan, cluster, _ = bench().tight(30, seed, fill=(0.85, 0.9))
+def test_a_packing_the_first_fills_leave_unfinished_is_completed() -> None:
+    # Five resources filled to 85-90% at 20 nodes (seed 4): the greedy orders do not place
+    # it; the first fills leave a copy out, and the repair places it.
+    plan, cluster, _ = bench().tight(20, 4, fill=(0.85, 0.9))
     p = _problem(plan, ClusterState.from_dict(cluster))
     stats: dict[str, object] = {}
     placement = _lns.find(p, time.monotonic() + 120, stats=stats)
@@ -95,7 +95,7 @@ def test_the_race_gives_the_search_a_lane_on_tight_packings_only() -> None:
 
 
 def test_the_engine_alone_decides_a_moderately_tight_packing() -> None:
-    plan, cluster, _ = bench().tight(30, 4, fill=(0.85, 0.9))
+    plan, cluster, _ = bench().tight(20, 5, fill=(0.85, 0.9))
     d = decide(
         plan,
         ClusterState.from_dict(cluster),
