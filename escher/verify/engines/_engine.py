@@ -10,7 +10,8 @@
    with an unsat core; SAT counts are packed into nodes.
 6. `search`: exact bin completion over classes (`_search`), with symmetry breaking over
    identical nodes and waste pruning; a short run first, then the rest of its share.
-7. `exact`: Z3 per node, for small problems.
+7. `lns`: on tight problems, the neighbourhood search with HiGHS sub-solves (`_lns`).
+8. `exact`: Z3 per node, for small problems.
 """
 
 from __future__ import annotations
@@ -68,7 +69,9 @@ GRAPH_SHARE = 0.5
 TABU_SHARE = 0.25
 TABU_SECONDS = 2.0
 
-#: Share of the time left the neighbourhood search may use when the engines run in turn.
+#: Share of the time left the neighbourhood search may use when the engines run in turn
+#: (after the exact search: minimisation and intent proofs decide many infeasible
+#: sub-problems in turn, where it can only spend time).
 LNS_SHARE = 0.4
 
 #: Share of the time left that the exact search may use before the Z3 fallbacks run.
@@ -680,8 +683,8 @@ IN_TURN: list[Callable[[_Run], Decision | None]] = [
     _arcflow_stage,
     _relaxed_stage,
     _quick_search_stage,
-    _lns_stage,
     _search_stage,
+    _lns_stage,
     _exact_stage,
 ]
 
