@@ -340,10 +340,12 @@ def _p5_catalogue(rng: random.Random, n: int) -> list[tuple[int, ...]]:
     return sorted(out)
 
 
-def tight(n_nodes: int, seed: int, grouped: bool = True) -> tuple[Plan, Any, bool]:
-    """Five resources packed to 98-100% with ~100 distinct shapes: each node (of three
-    kinds) is filled from a random catalogue while some shape fits; then its capacity is
-    what its own tasks use over a factor of 0.98-1.0 per resource (feasible by
+def tight(
+    n_nodes: int, seed: int, grouped: bool = True, fill: tuple[float, float] = (0.98, 1.0)
+) -> tuple[Plan, Any, bool]:
+    """Five resources packed to 98-100% (`fill`) with ~100 distinct shapes: each node (of
+    three kinds) is filled from a random catalogue while some shape fits; then its capacity
+    is what its own tasks use over a factor of 0.98-1.0 per resource (feasible by
     construction; about as many node types as nodes)."""
     rng = random.Random(seed)
     cat = _p5_catalogue(rng, 100)
@@ -362,7 +364,7 @@ def tight(n_nodes: int, seed: int, grouped: bool = True) -> tuple[Plan, Any, boo
             for r in range(5):
                 free[r] -= s[r]
                 used[r] += s[r]
-        cap = [int(u / rng.uniform(0.98, 1.0)) for u in used]
+        cap = [int(u / rng.uniform(*fill)) for u in used]
         nodes.append(
             {"id": f"{kind}-{i:05d}", "total": {P5_RES[r]: cap[r] for r in range(5) if cap[r]}}
         )
@@ -483,6 +485,36 @@ def tight_kinds(n_nodes: int, seed: int) -> tuple[Plan, Any, bool]:
         n: {P5_RES[r]: int(q) for r, q in enumerate(n[1:].split("-")) if int(q)} for n in set(names)
     }
     return _jobs(names, rng, True, shapes), {"nodes": nodes}, True
+
+
+def tight_splits(n_nodes: int, seed: int) -> tuple[Plan, Any, bool]:
+    """A fourth construction of tight packings (p4), written apart from the engines that
+    decide them: 3-7 resources (by instance); every node has random capacities of its own,
+    and its capacity times 0.98-1.0 per resource is split into 4-8 tasks at random
+    (resource by resource, each on the resource's grid). Nearly every task is a shape of
+    its own (about 6 per node). Feasible by construction (a node holds the tasks cut from
+    it)."""
+    rng = random.Random(seed * 7253 + 5)
+    nres = rng.randint(3, 7)
+    names = [f"r{r}" for r in range(nres)]
+    grid = [rng.choice([1, 2, 5, 10]) for _ in range(nres)]
+    top = [rng.choice([32, 64, 128, 256]) for _ in range(nres)]
+    nodes: list[dict[str, Any]] = []
+    tasks: list[tuple[int, ...]] = []
+    for i in range(n_nodes):
+        cap = [rng.randint(top[r] // 2, top[r]) * grid[r] for r in range(nres)]
+        k = rng.randint(4, 8)
+        cols = []
+        for r in range(nres):
+            target = int(cap[r] * rng.uniform(0.98, 1.0)) // grid[r]
+            cols.append([q * grid[r] for q in _split(target, k, 1, rng)])
+        tasks += [tuple(col[j] for col in cols) for j in range(k)]
+        nodes.append({"id": f"s-{i:05d}", "total": {names[r]: cap[r] for r in range(nres)}})
+    label = ["w" + "-".join(map(str, t)) for t in tasks]
+    shapes = {
+        n: {names[r]: int(q) for r, q in enumerate(n[1:].split("-")) if int(q)} for n in set(label)
+    }
+    return _jobs(label, rng, True, shapes), {"nodes": nodes}, True
 
 
 def tight_variant(made: tuple[Plan, Any, bool], variant: str, seed: int) -> tuple[Plan, Any, Any]:
@@ -721,7 +753,8 @@ def engine_instances(seed: int, big: bool) -> list[tuple[str, int, Any]]:
     """The families of the engine table: fragmentation with other GPU shapes (g, g-ok) and
     family d at 100/1,000 (and 10,000 with `big`) nodes, zero-slack triplets, tight
     5-resource packings (p: a capacity per node; p2: random multisets; p3: 2-4 fixed node
-    kinds; -short one node fewer, -extra one task more), and graph colouring (120 tasks on
+    kinds; p4: 3-7 resources, random splits of random capacities; p-90: p filled to 85-90%;
+    -short one node fewer, -extra one task more), and graph colouring (120 tasks on
     4 nodes with 600 separated pairs, feasible; col-k: with a 5-clique; col-s: 30 tasks on
     3 nodes with a 4-clique; col-l: 1,000 tasks on 8 nodes with 5,000 pairs)."""
     sizes = [100, 1000, 10000] if big else [100, 1000]
@@ -739,6 +772,8 @@ def engine_instances(seed: int, big: bool) -> list[tuple[str, int, Any]]:
         out.append(("p", n, lambda n=n: tight(n, seed)))
         out.append(("p2", n, lambda n=n: tight_sets(n, seed)))
         out.append(("p3", n, lambda n=n: tight_kinds(n, seed)))
+        out.append(("p4", n, lambda n=n: tight_splits(n, seed)))
+        out.append(("p-90", n, lambda n=n: tight(n, seed, fill=(0.85, 0.9))))
         for fam, make in (("p", tight), ("p3", tight_kinds)):
             for v in ("short", "extra"):
                 out.append(
@@ -780,11 +815,12 @@ def colouring_instances(seed: int) -> list[tuple[str, int, Any]]:
 def _without_optional() -> None:
     """This process as if only the required packages were installed: no orjson, msgspec
     (file reading); the engines that need scipy or python-sat report themselves missing."""
-    from escher.verify.engines import _arcflow, _graph
+    from escher.verify.engines import _arcflow, _graph, _lns
 
     for name in ("orjson", "msgspec"):
         sys.modules[name] = None  # type: ignore[assignment]
     _arcflow.available = lambda: False  # type: ignore[assignment]
+    _lns.available = lambda: False  # type: ignore[assignment]
     _graph._has_pysat = lambda: False  # type: ignore[assignment]
 
 

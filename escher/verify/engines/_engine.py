@@ -10,7 +10,8 @@
    with an unsat core; SAT counts are packed into nodes.
 6. `search`: exact bin completion over classes (`_search`), with symmetry breaking over
    identical nodes and waste pruning; a short run first, then the rest of its share.
-7. `exact`: Z3 per node, for small problems.
+7. `lns`: on tight problems, the neighbourhood search with HiGHS sub-solves (`_lns`).
+8. `exact`: Z3 per node, for small problems.
 """
 
 from __future__ import annotations
@@ -67,6 +68,11 @@ GRAPH_SHARE = 0.5
 #: ones in under 0.5 s of CPU (docs/verify-engines.md).
 TABU_SHARE = 0.25
 TABU_SECONDS = 2.0
+
+#: Share of the time left the neighbourhood search may use when the engines run in turn
+#: (after the exact search: minimisation and intent proofs decide many infeasible
+#: sub-problems in turn, where it can only spend time).
+LNS_SHARE = 0.4
 
 #: Share of the time left that the exact search may use before the Z3 fallbacks run.
 SEARCH_SHARE = 0.8
@@ -383,6 +389,19 @@ def _dive_stage(run: _Run) -> Decision | None:
     return _placed(run, pk, placement, "packing search (dive)")
 
 
+def _lns_stage(run: _Run, share: float = LNS_SHARE) -> Decision | None:
+    """The neighbourhood search with exact sub-solves (`_lns`, HiGHS) within a share of
+    the time left: the engine for tight packings of several resources."""
+    from escher.verify.engines import _lns
+
+    pk = run.packing
+    if pk is None or not _lns.available() or not _lns.tight(pk.sub):
+        return None
+    until = time.monotonic() + max(0.0, run.left()) * share
+    placement = run.timed("lns", lambda: _lns.find(pk.sub, until))
+    return _placed(run, pk, placement, "neighbourhood search (HiGHS sub-problems)")
+
+
 def _quick_search_stage(run: _Run) -> Decision | None:
     """A short first try of the packing search (feasible packings are usually found fast)."""
     return _search_stage(run, min(QUICK_SEARCH, max(0.0, run.left()) * 0.3))
@@ -539,6 +558,11 @@ def _search_lane(run: _Run) -> Decision | None:
     return _dive_stage(run) or _search_stage(run, share_of_left=1.0)
 
 
+def _lns_lane(run: _Run) -> Decision | None:
+    """The neighbourhood search in a lane of its own: the whole time left."""
+    return _lns_stage(run, share=1.0)
+
+
 def _graph_lane(run: _Run) -> Decision | None:
     """The graph engine in a lane of its own: the whole time left."""
     return _graph_stage(run, share=1.0)
@@ -556,7 +580,7 @@ def _lanes(run: _Run) -> dict[str, Callable[[_Run], Decision | None]]:
     separations make a graph, the packing search and arc-flow get none either: on every
     colouring of the bench neither decided anything alone, while the graph engine did
     (docs/verify-engines.md), and the processors are better left to it and to Z3."""
-    from escher.verify.engines import _arcflow, _graph
+    from escher.verify.engines import _arcflow, _graph, _lns
 
     lanes: dict[str, Callable[[_Run], Decision | None]] = {}
     if _graph.applicable(run.p):
@@ -564,6 +588,8 @@ def _lanes(run: _Run) -> dict[str, Callable[[_Run], Decision | None]]:
     else:
         if run.packing is not None:
             lanes["search"] = _search_lane
+        if run.packing is not None and _lns.available() and _lns.tight(run.packing.sub):
+            lanes["lns"] = _lns_lane
         if _arcflow.available() and applicable(run.p) and not run.too_wide:
             lanes["arcflow"] = _arcflow_stage
     lanes["z3"] = _z3_lane
@@ -645,6 +671,7 @@ ENGINES: dict[str, Callable[[_Run], Decision | None]] = {
     "z3-relaxed": _relaxed_stage,
     "search": _search_stage,
     "z3-exact": _exact_stage,
+    "lns": _lns_stage,
 }
 
 
@@ -657,6 +684,7 @@ IN_TURN: list[Callable[[_Run], Decision | None]] = [
     _relaxed_stage,
     _quick_search_stage,
     _search_stage,
+    _lns_stage,
     _exact_stage,
 ]
 
