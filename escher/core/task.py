@@ -24,6 +24,12 @@ from escher.core.resources import Resources, validate_quantity
 
 _task_ids = itertools.count(1)
 
+#: The locks handles share, one picked per handle in turn: a lock per handle would be one
+#: more object per waiting task for Python's cyclic collector. A handle holds its lock only
+#: briefly and never calls out while holding it (callbacks run after), so handles sharing a
+#: lock never wait on each other for long and never deadlock.
+_HANDLE_LOCKS = tuple(threading.Lock() for _ in range(64))
+
 
 class TaskState(enum.Enum):
     """Lifecycle of a task. FINISHED, FAILED and CANCELLED are final."""
@@ -228,6 +234,9 @@ class TaskRef:
     #: Set when a backend took the handle (`Backend.launch`); waiting on a plain handle
     #: that no backend took is refused instead of blocking forever.
     _launched = False
+    #: Backends: called with the handle once it is final, before its done callbacks (how a
+    #: backend forgets a settled task without a callback entry per handle).
+    _on_final: Callable[[TaskRef], None] | None = None
 
     def __init__(
         self,
@@ -236,13 +245,14 @@ class TaskRef:
         canceller: Callable[[TaskRef], bool] | None = None,
         waiter: Callable[[TaskRef, float | None], None] | None = None,
     ) -> None:
-        self.id = f"t{next(_task_ids)}"
+        number = next(_task_ids)
+        self.id = f"t{number}"
         self.spec = spec
         self._canceller = canceller
         self._waiter = waiter
-        # A handle is cheap: one lock; an event only once someone waits on it unfinished,
-        # a callback list only once one is added.
-        self._lock = threading.Lock()
+        # A handle is cheap: a shared lock; an event only once someone waits on it
+        # unfinished, a callback list only once one is added.
+        self._lock = _HANDLE_LOCKS[number & 63]
         self._finished: threading.Event | None = None
         self._state = TaskState.PENDING
         self._status = _PENDING
@@ -441,9 +451,12 @@ class TaskRef:
                 return False
             self._state, self._value, self._error = state, value, error
             callbacks, self._callbacks = self._callbacks, None
+            on_final, self._on_final = self._on_final, None
             finished = self._finished
         if finished is not None:
             finished.set()
+        if on_final is not None:
+            on_final(self)
         for callback, context in callbacks or ():
             context.run(callback, self)
         return True
