@@ -123,7 +123,9 @@ class TaskSpec:
                     f"{short_repr(self.args)}."
                 )
             object.__setattr__(self, "args", tuple(self.args))
-        if not isinstance(self.kwargs, Mapping) or not all(type(k) is str for k in self.kwargs):
+        if (type(self.kwargs) is not dict and not isinstance(self.kwargs, Mapping)) or not all(
+            type(k) is str for k in self.kwargs
+        ):
             raise ValidationError(
                 f"kwargs must be a mapping of keyword name -> value, got {short_repr(self.kwargs)}."
             )
@@ -179,15 +181,40 @@ def request_of(resources: object, what: str = "resources") -> Resources:
     """
     if resources is None or type(resources) is Resources:
         return resources or Resources()
+    if type(resources) is dict:
+        # A plain dict of str -> int/float, as nearly every launch writes it: equal requests
+        # share one checked `Resources` (immutable), so a task's request is neither checked
+        # nor built again, and is no new object for Python's cyclic collector to track.
+        key = tuple(resources.items())
+        if all(type(n) is str and type(q) in _PLAIN_NUMBERS for n, q in key):
+            known = _requests.get(key)
+            if known is None:
+                known = _checked(resources, what)
+                if len(_requests) >= _MAX_REQUESTS:
+                    _requests.clear()
+                _requests[key] = known
+            return known
     if not isinstance(resources, Mapping):
         raise ValidationError(
             f"{what} must be a mapping of resource name -> quantity (e.g. {{'CPU': 1}}), got "
             f"{type(resources).__name__} {short_repr(resources)}."
         )
+    return _checked(resources, what)
+
+
+def _checked(resources: Mapping[Any, Any], what: str) -> Resources:
     try:
         return Resources(resources)
     except ValidationError as exc:
         raise type(exc)(f"{what}: {exc}") from None
+
+
+#: Checked requests by their dict's items (only str names and int or float quantities are
+#: looked up: a bool equals 1 but is refused as a quantity); at most
+#: `_MAX_REQUESTS`, emptied when full.
+_requests: dict[tuple[tuple[str, float], ...], Resources] = {}
+_MAX_REQUESTS = 1024
+_PLAIN_NUMBERS = (int, float)
 
 
 def check_timeout(timeout: object) -> float | None:
