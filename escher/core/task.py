@@ -8,6 +8,7 @@ import functools
 import itertools
 import math
 import numbers
+import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +30,17 @@ _task_ids = itertools.count(1)
 #: briefly and never calls out while holding it (callbacks run after), so handles sharing a
 #: lock never wait on each other for long and never deadlock.
 _HANDLE_LOCKS = tuple(threading.Lock() for _ in range(64))
+
+
+def _fresh_handle_locks() -> None:
+    """In a forked child: new shared locks (one held by another thread at the fork would
+    stay held there forever, for every handle made after it)."""
+    global _HANDLE_LOCKS
+    _HANDLE_LOCKS = tuple(threading.Lock() for _ in range(64))
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_handle_locks)
 
 
 class TaskState(enum.Enum):

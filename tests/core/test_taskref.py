@@ -3,6 +3,7 @@ requests checked once."""
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -78,3 +79,22 @@ def test_the_final_hook_runs_once_before_callbacks_and_is_dropped() -> None:
     assert not ref.set_exception(RuntimeError("late"))
     assert seen == ["hook finished", "callback"]
     assert ref._on_final is None  # a settled handle keeps no reference to its backend
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_gets_handle_locks_of_its_own() -> None:
+    import escher.core.task as task_module
+
+    held = task_module._HANDLE_LOCKS
+    for lock in held:  # as if other threads held every shared lock at the fork
+        lock.acquire()
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: a new handle must not wait on a lock no one will release
+            ref = TaskRef(TaskSpec(fn=len))
+            os._exit(0 if ref.set_result(1) and ref.result(1.0) == 1 else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        for lock in held:
+            lock.release()
