@@ -142,8 +142,12 @@ class Backend(ABC):
     #: (e.g. Kubernetes gangs need scheduling gates): `supports` says what this object can do.
     capabilities: ClassVar[Capability] = Capability.NONE
 
+    #: Whether `capabilities` has FRACTIONAL (set per class: asked on every launch).
+    _takes_fractions: ClassVar[bool] = False
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        cls._takes_fractions = Capability.FRACTIONAL in cls.capabilities
         for flag, methods in REQUIRED_METHODS.items():
             missing = [m for m in methods if getattr(cls, m) is getattr(Backend, m)]
             if flag in cls.capabilities and missing:
@@ -285,7 +289,7 @@ class Backend(ABC):
         """
         if not isinstance(spec, TaskSpec):
             raise ValidationError(f"launch takes a TaskSpec, got {short_repr(spec)}.")
-        steering = self._steering() if _steerings.get() else None
+        steering = self._steering()
         if steering is None:
             self._check_request(spec.resources)
             return self._track(self._launch(spec))
@@ -314,8 +318,12 @@ class Backend(ABC):
             _steerings.reset(token)
 
     def _steering(self) -> Steering | None:
-        """The innermost steering of this backend in the calling context, if any."""
-        for backend, steering in reversed(_steerings.get()):
+        """The innermost steering of this backend in the calling context, if any (None at
+        once when no block is open, as on nearly every launch)."""
+        open_blocks = _steerings.get()
+        if not open_blocks:
+            return None
+        for backend, steering in reversed(open_blocks):
             if backend is self:
                 return steering
         return None
@@ -355,7 +363,7 @@ class Backend(ABC):
             self._check_request(spec.resources)
         if not specs:
             return []
-        steering = self._steering() if _steerings.get() else None
+        steering = self._steering()
         if steering is not None:
             specs = [steering.steer(spec) for spec in specs]
             for spec in specs:
@@ -384,7 +392,11 @@ class Backend(ABC):
         if not ref.done():
             with self._live_lock:
                 self._live[ref.id] = ref
-            ref.add_done_callback(self._untrack_callback)
+            # Listed first, then the hook, then a last look: a task that settled before
+            # the hook was set is untracked here (untracking twice is harmless).
+            ref._on_final = self._untrack_callback
+            if ref.done():
+                self._untrack(ref)
         return ref
 
     @functools.cached_property
@@ -478,10 +490,11 @@ class Backend(ABC):
         self.close()
 
     def _check_request(self, request: Resources) -> None:
-        if Capability.FRACTIONAL not in self.capabilities:
-            bad = {n: q for n, q in request.items() if not q.is_integer() and n != "CPU"}
-            if bad:
-                raise InvalidCapacityError(
-                    f"the {self.name} backend only takes whole quantities of extended "
-                    f"resources; got {bad}."
-                )
+        if self._takes_fractions:
+            return
+        bad = {n: q for n, q in request.items() if not q.is_integer() and n != "CPU"}
+        if bad:
+            raise InvalidCapacityError(
+                f"the {self.name} backend only takes whole quantities of extended "
+                f"resources; got {bad}."
+            )

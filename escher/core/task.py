@@ -8,6 +8,7 @@ import functools
 import itertools
 import math
 import numbers
+import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +24,23 @@ from escher.core.errors import (
 from escher.core.resources import Resources, validate_quantity
 
 _task_ids = itertools.count(1)
+
+#: The locks handles share, one picked per handle in turn: a lock per handle would be one
+#: more object per waiting task for Python's cyclic collector. A handle holds its lock only
+#: briefly and never calls out while holding it (callbacks run after), so handles sharing a
+#: lock never wait on each other for long and never deadlock.
+_HANDLE_LOCKS = tuple(threading.Lock() for _ in range(64))
+
+
+def _fresh_handle_locks() -> None:
+    """In a forked child: new shared locks (one held by another thread at the fork would
+    stay held there forever, for every handle made after it)."""
+    global _HANDLE_LOCKS
+    _HANDLE_LOCKS = tuple(threading.Lock() for _ in range(64))
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_handle_locks)
 
 
 class TaskState(enum.Enum):
@@ -117,7 +135,9 @@ class TaskSpec:
                     f"{short_repr(self.args)}."
                 )
             object.__setattr__(self, "args", tuple(self.args))
-        if not isinstance(self.kwargs, Mapping) or not all(type(k) is str for k in self.kwargs):
+        if (type(self.kwargs) is not dict and not isinstance(self.kwargs, Mapping)) or not all(
+            type(k) is str for k in self.kwargs
+        ):
             raise ValidationError(
                 f"kwargs must be a mapping of keyword name -> value, got {short_repr(self.kwargs)}."
             )
@@ -173,15 +193,40 @@ def request_of(resources: object, what: str = "resources") -> Resources:
     """
     if resources is None or type(resources) is Resources:
         return resources or Resources()
+    if type(resources) is dict:
+        # A plain dict of str -> int/float, as nearly every launch writes it: equal requests
+        # share one checked `Resources` (immutable), so a task's request is neither checked
+        # nor built again, and is no new object for Python's cyclic collector to track.
+        key = tuple(resources.items())
+        if all(type(n) is str and type(q) in _PLAIN_NUMBERS for n, q in key):
+            known = _requests.get(key)
+            if known is None:
+                known = _checked(resources, what)
+                if len(_requests) >= _MAX_REQUESTS:
+                    _requests.clear()
+                _requests[key] = known
+            return known
     if not isinstance(resources, Mapping):
         raise ValidationError(
             f"{what} must be a mapping of resource name -> quantity (e.g. {{'CPU': 1}}), got "
             f"{type(resources).__name__} {short_repr(resources)}."
         )
+    return _checked(resources, what)
+
+
+def _checked(resources: Mapping[Any, Any], what: str) -> Resources:
     try:
         return Resources(resources)
     except ValidationError as exc:
         raise type(exc)(f"{what}: {exc}") from None
+
+
+#: Checked requests by their dict's items (only str names and int or float quantities are
+#: looked up: a bool equals 1 but is refused as a quantity); at most
+#: `_MAX_REQUESTS`, emptied when full.
+_requests: dict[tuple[tuple[str, float], ...], Resources] = {}
+_MAX_REQUESTS = 1024
+_PLAIN_NUMBERS = (int, float)
 
 
 def check_timeout(timeout: object) -> float | None:
@@ -228,6 +273,9 @@ class TaskRef:
     #: Set when a backend took the handle (`Backend.launch`); waiting on a plain handle
     #: that no backend took is refused instead of blocking forever.
     _launched = False
+    #: Backends: called with the handle once it is final, before its done callbacks (how a
+    #: backend forgets a settled task without a callback entry per handle).
+    _on_final: Callable[[TaskRef], None] | None = None
 
     def __init__(
         self,
@@ -236,13 +284,14 @@ class TaskRef:
         canceller: Callable[[TaskRef], bool] | None = None,
         waiter: Callable[[TaskRef, float | None], None] | None = None,
     ) -> None:
-        self.id = f"t{next(_task_ids)}"
+        number = next(_task_ids)
+        self.id = f"t{number}"
         self.spec = spec
         self._canceller = canceller
         self._waiter = waiter
-        # A handle is cheap: one lock; an event only once someone waits on it unfinished,
-        # a callback list only once one is added.
-        self._lock = threading.Lock()
+        # A handle is cheap: a shared lock; an event only once someone waits on it
+        # unfinished, a callback list only once one is added.
+        self._lock = _HANDLE_LOCKS[number & 63]
         self._finished: threading.Event | None = None
         self._state = TaskState.PENDING
         self._status = _PENDING
@@ -441,9 +490,12 @@ class TaskRef:
                 return False
             self._state, self._value, self._error = state, value, error
             callbacks, self._callbacks = self._callbacks, None
+            on_final, self._on_final = self._on_final, None
             finished = self._finished
         if finished is not None:
             finished.set()
+        if on_final is not None:
+            on_final(self)
         for callback, context in callbacks or ():
             context.run(callback, self)
         return True

@@ -3,6 +3,9 @@ on its own node, so the claim costs no round trip.
 
 On each node, ``<root>/<prefix>/<node id>/`` holds a file ``ARMED`` and a folder per session
 with one file per attempt, named by Ray's task id: empty for a claim, ``-`` for a cancel.
+The root is per user, but the node's folder is per cluster: Ray draws a node's id at random
+when its raylet starts, so two Ray clusters of one user on one machine (or a cluster
+restarted there) never share a node folder, and nothing else under the root is shared.
 Whichever creates the file first wins. ``shrink-marker.json`` copies the node's marker of
 pending shrinks (`escher.backends.ray._shrink`): the control actor sends each change to the
 agent before the write that caused it returns, so a task on an armed node reads it here
