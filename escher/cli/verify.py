@@ -19,8 +19,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from escher.cli.conventions import command, console, fail
 from escher.core.cluster import ClusterState
@@ -44,7 +42,9 @@ from escher.verify import (
     with_repairs,
 )
 
-if TYPE_CHECKING:  # the layer above verify, imported only where -f is used
+if TYPE_CHECKING:  # rich: text output only; manifests: the layer above verify, for -f
+    from rich.console import Console
+
     from escher.manifests import KubeCluster, ManifestCheck
 
 try:  # the `verify` extra
@@ -250,6 +250,8 @@ class _Printer:
             self.witness(result.witness)
 
     def witness(self, witness: Any) -> None:
+        from rich.table import Table  # text output only: --format json never loads rich
+
         table = Table(title="witness placement (checked independently)", show_lines=False)
         table.add_column("task")
         table.add_column("replicas", justify="right")
