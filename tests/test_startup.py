@@ -22,7 +22,10 @@ from escher.cli import COMMANDS, main
 ROOT = Path(__file__).resolve().parents[1]
 
 #: Imported by the verify path only when an engine, a proof or text output needs it.
-HEAVY = ("rich", "z3", "scipy", "numpy", "pysat", "escher.api", "escher.backends", "escher.esl")
+HEAVY = (
+    *("rich", "z3", "scipy", "numpy", "pysat"),
+    *("escher.api", "escher.backends", "escher.esl", "escher.verify.repair"),
+)
 
 
 def _modules_after(code: str) -> set[str]:
