@@ -2,8 +2,9 @@
 start-up included, on the engine table's families (bench/verify_scaling.py) and other seeds.
 
 Prints, per family and seed: the verdict against the construction, the command's wall time
-and its CPU time (user + system of the child), and the target. `escher --help` is timed in
-the same run as the baseline of start-up (the machine is shared: quote ratios to it).
+and its CPU time (user + system of the child), and the target. ``python -c pass`` and
+`escher --help` are timed in the same run as the baselines of start-up (the machine is
+shared: quote ratios to them).
 
     python bench/verify_cli.py [--seeds 7,8,9] [--only FAMILIES] [--max-nodes N] [--big]
         [--timeout S]
@@ -72,6 +73,10 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=60.0, help="escher verify --timeout")
     args = ap.parse_args()
     only = set(filter(None, args.only.split(",")))
+    bare = [_timed([sys.executable, "-c", "pass"]) for _ in range(3)]
+    bare_wall = statistics.median(w for _, w, _ in bare)
+    bare_cpu = statistics.median(c for _, _, c in bare)
+    print(f"baseline: python -c pass {bare_wall:.2f} s wall, {bare_cpu:.2f} s CPU (median of 3)")
     helps = [_timed([*_escher(), "--help"]) for _ in range(3)]
     help_wall = statistics.median(w for _, w, _ in helps)
     help_cpu = statistics.median(c for _, _, c in helps)

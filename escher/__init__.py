@@ -8,55 +8,140 @@ Quick start::
         escher.set_resource("fast-disk", 1, "n2")
         ref = escher.launch(lambda: escher.node_id(), resources={"fast-disk": 1})
         print(escher.get(ref))  # n2
+
+Every public name is imported when first used (PEP 562), so ``import escher`` and the
+``escher`` command (``escher verify`` needs neither the backends nor the launch API) start
+quickly; type checkers see the same names through the imports under `TYPE_CHECKING`.
 """
 
+from __future__ import annotations
+
+import importlib
+import importlib.util
 from typing import TYPE_CHECKING, Any
 
-from escher import api
-from escher.api import *  # noqa: F403 - the module API; `escher.api.__all__` is its one list
-from escher.backends import DISTRIBUTION
-from escher.core.cluster import ClusterState, Node
-from escher.core.errors import (
-    BackendError,
-    BackendUnavailableError,
-    ConfigError,
-    EscherError,
-    GetTimeoutError,
-    NotInitializedError,
-    NotInTaskError,
-    TaskCancelledError,
-    TaskError,
-    UnknownBackendError,
-    UnknownNodeError,
-    UnschedulableError,
-    ValidationError,
-)
-from escher.core.nodespec import NodeSpec
-from escher.core.plan import Plan
-from escher.core.resources import MAX_CAPACITY, Resources
-from escher.core.task import Status, StatusCode, TaskRef, TaskState
-
-if TYPE_CHECKING:  # pragma: no cover
+if TYPE_CHECKING:  # pragma: no cover - what type checkers see; at run time __getattr__ below
+    from escher.api import (
+        RemoteFunction,
+        Session,
+        cancel,
+        current_backend,
+        get,
+        get_cluster_state,
+        init,
+        is_initialized,
+        launch,
+        node_id,
+        set_resource,
+        set_resources,
+        shutdown,
+        task,
+        use_backend,
+    )
     from escher.backends.base import Backend
+    from escher.core.cluster import ClusterState, Node
+    from escher.core.errors import (
+        BackendError,
+        BackendUnavailableError,
+        ConfigError,
+        EscherError,
+        GetTimeoutError,
+        NotInitializedError,
+        NotInTaskError,
+        TaskCancelledError,
+        TaskError,
+        UnknownBackendError,
+        UnknownNodeError,
+        UnschedulableError,
+        ValidationError,
+    )
+    from escher.core.nodespec import NodeSpec
+    from escher.core.plan import Plan
+    from escher.core.resources import MAX_CAPACITY, Resources
+    from escher.core.task import Status, StatusCode, TaskRef, TaskState
     from escher.explain import WhyResult
+
+    __version__: str
+
+#: The module API (`escher.api.__all__`; tests/test_api.py keeps the two lists equal).
+_API = (
+    "RemoteFunction",
+    "Session",
+    "cancel",
+    "current_backend",
+    "get",
+    "get_cluster_state",
+    "init",
+    "is_initialized",
+    "launch",
+    "node_id",
+    "set_resource",
+    "set_resources",
+    "shutdown",
+    "task",
+    "use_backend",
+)
+
+#: Public name -> the module that defines it, imported when the name is first used.
+_WHERE: dict[str, str] = {
+    **dict.fromkeys(_API, "escher.api"),
+    **dict.fromkeys(("ClusterState", "Node"), "escher.core.cluster"),
+    **dict.fromkeys(
+        (
+            "BackendError",
+            "BackendUnavailableError",
+            "ConfigError",
+            "EscherError",
+            "GetTimeoutError",
+            "NotInitializedError",
+            "NotInTaskError",
+            "TaskCancelledError",
+            "TaskError",
+            "UnknownBackendError",
+            "UnknownNodeError",
+            "UnschedulableError",
+            "ValidationError",
+        ),
+        "escher.core.errors",
+    ),
+    "NodeSpec": "escher.core.nodespec",
+    "Plan": "escher.core.plan",
+    **dict.fromkeys(("MAX_CAPACITY", "Resources"), "escher.core.resources"),
+    **dict.fromkeys(("Status", "StatusCode", "TaskRef", "TaskState"), "escher.core.task"),
+}
 
 
 def __getattr__(name: str) -> Any:
-    """`__version__`, read once from the installed package's metadata when first asked
-    (importlib.metadata takes 15 ms to import: not on every start)."""
-    if name != "__version__":
+    """A public name, imported from its module when first used; `__version__`, read once
+    from the installed package's metadata; a subpackage (``escher.api``), imported."""
+    if name in _WHERE:
+        value = getattr(importlib.import_module(_WHERE[name]), name)
+    elif name == "__version__":
+        value = _version()
+    elif not name.startswith("__") and importlib.util.find_spec(f"escher.{name}") is not None:
+        value = importlib.import_module(f"escher.{name}")
+    else:
         raise AttributeError(f"module 'escher' has no attribute {name!r}")
+    globals()[name] = value  # found once: later uses are plain attribute reads
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+def _version() -> str:
     from importlib import metadata
 
+    from escher.backends import DISTRIBUTION
+
     try:  # one source: the version in pyproject.toml, as installed
-        version = metadata.version(DISTRIBUTION)
+        return metadata.version(DISTRIBUTION)
     except metadata.PackageNotFoundError:  # pragma: no cover - a tree never installed
-        version = "0+unknown"
-    globals()["__version__"] = version
-    return version
+        return "0+unknown"
 
 
-def why(handle: "TaskRef", *, backend: "Backend | None" = None) -> "WhyResult":
+def why(handle: TaskRef, *, backend: Backend | None = None) -> WhyResult:
     """Why is this task pending? See `escher.explain.why` (imported when first used).
 
     Returns:
@@ -81,7 +166,9 @@ __all__ = [
     "NotInTaskError",
     "NotInitializedError",
     "Plan",
+    "RemoteFunction",
     "Resources",
+    "Session",
     "Status",
     "StatusCode",
     "TaskCancelledError",
@@ -92,7 +179,19 @@ __all__ = [
     "UnknownNodeError",
     "UnschedulableError",
     "ValidationError",
-    "__version__",  # noqa: F405 - given by __getattr__ below, not the star import
+    "__version__",
+    "cancel",
+    "current_backend",
+    "get",
+    "get_cluster_state",
+    "init",
+    "is_initialized",
+    "launch",
+    "node_id",
+    "set_resource",
+    "set_resources",
+    "shutdown",
+    "task",
+    "use_backend",
     "why",
 ]
-__all__ += api.__all__

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -10,7 +11,6 @@ from typing import Any
 
 import click
 
-from escher.backends import install_command
 from escher.cli.conventions import (
     EscherCommand,
     ExitCode,
@@ -29,10 +29,21 @@ class CommandEntry:
     Attributes:
         target: ``"package.module:attribute"`` of the click command, imported when used.
         extra: The optional extra its module needs (``"k8s"``), named when it is missing.
+        summary: The command's one-line help, shown by ``escher --help`` without importing
+            the command (tests/cli/test_group.py keeps it equal to the command's own).
+            Empty: ``escher --help`` imports the command to read it.
+        needs: The top-level modules the extra provides: while one is missing, ``escher
+            --help`` imports the command, which then says what to install.
     """
 
     target: str
     extra: str | None = None
+    summary: str = ""
+    needs: tuple[str, ...] = ()
+
+    def listed_as_is(self) -> bool:
+        """True if ``escher --help`` can show `summary` without importing the command."""
+        return bool(self.summary) and all(importlib.util.find_spec(m) for m in self.needs)
 
 
 class EscherGroup(UsageMistakesExit3, click.Group):
@@ -45,6 +56,7 @@ class EscherGroup(UsageMistakesExit3, click.Group):
     def __init__(self, *args: Any, lazy: Mapping[str, CommandEntry], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.lazy = dict(lazy)
+        self._loaded: dict[str, click.Command] = {}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         """Every subcommand name, sorted."""
@@ -61,6 +73,35 @@ class EscherGroup(UsageMistakesExit3, click.Group):
         except (ImportError, BackendUnavailableError) as exc:  # its extra is not installed
             return _unavailable(cmd_name, entry, exc)
         return loaded if isinstance(loaded, click.Command) else None
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The Commands section of ``escher --help``: each command's `CommandEntry.summary`,
+        so listing them imports none (a command whose extra is missing is imported: its line
+        says what to install)."""
+        rows: list[tuple[str, str | None]] = []
+        for name in self.list_commands(ctx):
+            entry = self.lazy.get(name)
+            if entry is not None and entry.listed_as_is():
+                rows.append((name, entry.summary))
+                continue
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, None))
+                self._loaded[name] = cmd
+        if not rows:
+            return
+        limit = formatter.width - 6 - max(len(name) for name, _ in rows)
+        shown = [
+            (
+                name,
+                click.utils.make_default_short_help(summary, limit)
+                if summary is not None
+                else self._loaded[name].get_short_help_str(limit),
+            )
+            for name, summary in rows
+        ]
+        with formatter.section("Commands"):
+            formatter.write_dl(shown)
 
     def resolve_command(
         self, ctx: click.Context, args: list[str]
@@ -106,6 +147,8 @@ class EscherGroup(UsageMistakesExit3, click.Group):
 
 
 def _unavailable(name: str, entry: CommandEntry, exc: Exception) -> click.Command:
+    from escher.backends import install_command  # only for a missing extra: not on every start
+
     hint = install_command(entry.extra) if entry.extra else f"the module {entry.target}"
     cause = exc.__cause__ if isinstance(exc.__cause__, ImportError) else exc
     missing = getattr(cause, "name", None) or f"the {entry.extra or name} extra"

@@ -49,10 +49,9 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias, TypeVar
 
 import click
-from rich.console import Console, RenderableType
 
 from escher.core.errors import (
     BackendUnavailableError,
@@ -62,6 +61,9 @@ from escher.core.errors import (
     ValidationError,
     did_you_mean,
 )
+
+if TYPE_CHECKING:  # rich is imported when text is printed: --format json never loads it
+    from rich.console import Console, RenderableType
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -94,7 +96,7 @@ FORMATS = ("text", "json")
 
 #: Something `emit` can show as text: a string (rich markup), a rich renderable, or a function
 #: that prints to the console it is given.
-TextForm = str | RenderableType | Callable[[Console], None]
+TextForm: TypeAlias = "str | RenderableType | Callable[[Console], None]"
 
 
 #: Columns of text output when it does not go to a terminal (pipes, files, CI logs) and
@@ -116,6 +118,8 @@ def console(*, stderr: bool = False) -> Console:
     """A rich console on stdout (or stderr). On a terminal it takes the terminal's width and
     colours; elsewhere (pipes, files, CI logs) plain text: tables `output_width` columns
     wide, lines of text not wrapped (so a path or a command stays whole for grep)."""
+    from rich.console import Console
+
     stream = sys.stderr if stderr else sys.stdout
     width = output_width(stream)
     return Console(file=stream, width=width, soft_wrap=width is not None)

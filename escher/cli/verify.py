@@ -19,8 +19,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from escher.cli.conventions import command, console, fail
 from escher.core.cluster import ClusterState
@@ -34,18 +32,18 @@ from escher.verify import (
     Grouping,
     IntentResult,
     IntentStatus,
-    RepairSet,
     Verdict,
     VerificationResult,
     Verifier,
     as_written,
-    find_repairs,
     load_grouped,
-    with_repairs,
 )
 
-if TYPE_CHECKING:  # the layer above verify, imported only where -f is used
+if TYPE_CHECKING:  # rich: text output only; repairs: --repairs only; manifests: for -f
+    from rich.console import Console
+
     from escher.manifests import KubeCluster, ManifestCheck
+    from escher.verify import RepairSet
 
 try:  # the `verify` extra
     import orjson as _orjson
@@ -250,6 +248,8 @@ class _Printer:
             self.witness(result.witness)
 
     def witness(self, witness: Any) -> None:
+        from rich.table import Table  # text output only: --format json never loads rich
+
         table = Table(title="witness placement (checked independently)", show_lines=False)
         table.add_column("task")
         table.add_column("replicas", justify="right")
@@ -297,6 +297,8 @@ def _repairs(
         fail(f"--adjustable: no task named {unknown} in the plan.", EXIT_BAD_INPUT)
     if result.status is not Verdict.INFEASIBLE:
         return None
+    from escher.verify import find_repairs  # --repairs only: its search loads when used
+
     left = deadline - time.monotonic()
     return find_repairs(
         run.plan,
@@ -473,6 +475,8 @@ def verify(
                     printer.intent(r)
         result = run.result()
         if found is not None:
+            from escher.verify import with_repairs
+
             result = with_repairs(result, found)
         if printer is None:
             data: dict[str, Any] = result.to_dict()
@@ -565,6 +569,8 @@ def _verify_manifests(
         allowed = True if "*" in adjustable else adjustable
         left = max(deadline - time.monotonic(), 1e-3)
         found = manifest_repairs(workloads, kube, result, timeout=left, adjustable=allowed)
+        from escher.verify import with_repairs
+
         result = with_repairs(result, found)
     written = []
     if emit_dir is not None and result.witness is not None:

@@ -11,6 +11,8 @@ if result.status is Verdict.INFEASIBLE:
 See docs/verify.md.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from escher.core.verdict import EXIT_CODES, Verdict
 from escher.verify._app import verify_app
 from escher.verify._result import (
@@ -31,14 +33,32 @@ from escher.verify.check import check_placement, intent_violation
 from escher.verify.explain import intent_subplan
 from escher.verify.model import Statement
 from escher.verify.read import Grouping, as_written, load_grouped
-from escher.verify.repair import (
-    Change,
-    Repair,
-    RepairSet,
-    apply_repair,
-    find_repairs,
-    with_repairs,
+
+if TYPE_CHECKING:  # imported when first used (PEP 562): `escher verify` without --repairs
+    from escher.verify.repair import (  # never loads the repair search
+        Change,
+        Repair,
+        RepairSet,
+        apply_repair,
+        find_repairs,
+        with_repairs,
+    )
+
+_REPAIR = frozenset(
+    ("Change", "Repair", "RepairSet", "apply_repair", "find_repairs", "with_repairs")
 )
+
+
+def __getattr__(name: str) -> Any:
+    """The repair names, imported from `escher.verify.repair` when first used."""
+    if name not in _REPAIR:
+        raise AttributeError(f"module 'escher.verify' has no attribute {name!r}")
+    from escher.verify import repair
+
+    value = getattr(repair, name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "DEFAULT_TIMEOUT",

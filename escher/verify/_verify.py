@@ -295,7 +295,13 @@ class Verifier:
         """Prove the declared intents one by one. Intents of one policy shape share a proof;
         each shape not proven yet gets its share of the time left."""
         self.verdict()
-        prover = IntentProver(self._decided, self.state, memory_mb=self.memory_mb)
+        assert self._decision is not None
+        prover = IntentProver(
+            self._decided,
+            self.state,
+            memory_mb=self.memory_mb,
+            feasible=self._decision.status == "feasible",
+        )
         pending = [i for i, x in enumerate(self._decided.intents) if not x.preferred]
         t0 = time.perf_counter()
         shapes: dict[int, Any] = {}

@@ -33,7 +33,14 @@ from escher.core.plan import (
 from escher.verify._result import IntentResult, IntentStatus
 from escher.verify.check import check_placement, intent_violation, to_witness
 from escher.verify.engines import decide
-from escher.verify.model import EACH_NODE, Mods, domains_for, plan_facts, topology_key
+from escher.verify.model import (
+    EACH_NODE,
+    Mods,
+    PlanFacts,
+    domains_for,
+    plan_facts,
+    topology_key,
+)
 
 #: Scenarios tried per intent before it is reported unknown ("too many cases").
 SCENARIO_LIMIT = 200
@@ -48,7 +55,12 @@ def intent_subplan(plan: Plan, intent: Intent) -> Plan:
     holds every task that makes a label one of its tasks requests), so an intent that holds
     on the subplan holds on the plan."""
     facts = plan_facts(plan)
-    takers = _takers(plan, facts.makers)
+    return _subplan(plan, intent, facts, _takers(plan, facts.makers))
+
+
+def _subplan(plan: Plan, intent: Intent, facts: PlanFacts, takers: Mapping[str, list[str]]) -> Plan:
+    """`intent_subplan`, given the plan's facts and takers (read once per plan, not per
+    intent: that was quadratic in the intents)."""
     keep: set[str] = set()
     todo = [n for n in intent.tasks if n in facts.pos]
     while todo:
@@ -263,19 +275,32 @@ def _canon(sub: Plan, intent: Intent, state_labels: frozenset[str]) -> Hashable:
 class IntentProver:
     """Proves a plan's intents on one state, caching results by policy shape."""
 
-    def __init__(self, plan: Plan, state: ClusterState, *, memory_mb: int | None = None) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        state: ClusterState,
+        *,
+        memory_mb: int | None = None,
+        feasible: bool = False,
+    ) -> None:
+        """`feasible`: the whole plan is proven feasible on `state` (a checked witness).
+        Every intent's sub-plan then has a placement too (the witness cut to its tasks), so
+        no proof decides that again."""
         self.plan = plan
         self.state = state
         self.memory_mb = memory_mb
+        self.feasible = feasible
         self.cache: dict[Hashable, tuple[IntentStatus, str, list[list[str]] | None]] = {}
         self.labels = frozenset(r for n in state.nodes.values() if n.alive for r in n.total)
         self._subs: dict[int, tuple[Plan, Hashable]] = {}
+        self._facts = plan_facts(plan)
+        self._takers = _takers(plan, self._facts.makers)
 
     def shape(self, index: int) -> Hashable:
         """The policy shape of the plan's `index`-th intent (equal shapes share one proof)."""
         intent = self.plan.intents[index]
         if index not in self._subs:
-            sub = intent_subplan(self.plan, intent)
+            sub = _subplan(self.plan, intent, self._facts, self._takers)
             self._subs[index] = (sub, _canon(sub, intent, self.labels))
         return self._subs[index][1]
 
@@ -351,6 +376,8 @@ class IntentProver:
     def _placeable(self, intent: Intent, sub: Plan, deadline: float) -> IntentResult | str:
         """VACUOUS if the resources allow no placement of the intent's tasks at all, else
         the status of deciding that ("feasible" or "unknown")."""
+        if self.feasible:  # the plan's witness, cut to the sub-plan's tasks, places them
+            return "feasible"
         base = decide(
             sub,
             self.state,

@@ -4,7 +4,7 @@ Statements (what the user said), quantity scales, planned capacities, node types
 units and items; `build` runs these stages under one deadline and returns a `Problem`.
 """
 
-from escher.verify.model._facts import plan_facts
+from escher.verify.model._facts import PlanFacts, plan_facts
 from escher.verify.model._model import build
 from escher.verify.model._problem import Item, Mods, Problem, Rule, Timeout, type_total
 from escher.verify.model._statement import Statement, named_statement, task_words
@@ -14,6 +14,7 @@ __all__ = [
     "EACH_NODE",
     "Item",
     "Mods",
+    "PlanFacts",
     "Problem",
     "Rule",
     "Statement",

@@ -40,10 +40,11 @@ def _type_name(ctx: Ctx, node_list: list[int], used: dict[str, int]) -> str:
 
 def _name_types(ctx: Ctx, types: list[NodeType], raw_keys: list[tuple[Any, ...]]) -> None:
     """Name capacity classes (same capacities and label, whatever the pins) and create their
-    capacity statements; ids do not depend on which statements are active."""
+    capacity statements; ids do not depend on which statements are active. `raw_keys` holds
+    each type's key."""
     cls_of: dict[tuple[Any, ...], list[int]] = {}
-    for ti, nt in enumerate(types):
-        cls_of.setdefault(raw_keys[nt.nodes[0]][:4], []).append(ti)
+    for ti in range(len(types)):
+        cls_of.setdefault(raw_keys[ti][:4], []).append(ti)
     used: dict[str, int] = {}
     for tids in sorted(cls_of.values(), key=lambda ts: min(types[j].nodes[0] for j in ts)):
         name = _type_name(ctx, sorted(n for j in tids for n in types[j].nodes), used)
@@ -64,28 +65,48 @@ def _name_types(ctx: Ctx, types: list[NodeType], raw_keys: list[tuple[Any, ...]]
             nt.cap = tuple(caps)
 
 
+def _grouped(
+    ctx: Ctx, pins: dict[int, frozenset[int]], only: dict[str, frozenset[int]]
+) -> dict[tuple[Any, ...], list[int]]:
+    """Node indices by type key (capacities, held, sources, label, then pins, scenario
+    nodes and domains). Nodes of one class of `NodePart` share the first four parts, so the
+    capacities are hashed once per class; only pins, scenario nodes and domains are per node."""
+    part = ctx.part
+    pin_keys, only_keys = sorted(pins), sorted(only)
+    dom_keys = sorted(ctx.domains)
+    classes = part.classes or [[k] for k in range(len(part.keys))]
+    by_key: dict[tuple[Any, ...], list[int]] = {}
+    for members in classes:
+        base = part.keys[members[0]]
+        if not (pin_keys or only_keys or dom_keys):
+            by_key.setdefault((*base, (), (), ()), []).extend(members)
+            continue
+        for k in members:
+            key = (
+                *base,
+                tuple(k in pins[p] for p in pin_keys),
+                tuple(k in only[u] for u in only_keys),
+                tuple(ctx.domains[d].of.get(k) for d in dom_keys),
+            )
+            by_key.setdefault(key, []).append(k)
+    return by_key
+
+
 def node_types(
     ctx: Ctx, pins: dict[int, frozenset[int]], only: dict[str, frozenset[int]]
 ) -> tuple[list[NodeType], list[int]]:
-    """Stage 3: group interchangeable nodes into types."""
-    pin_keys, only_keys = sorted(pins), sorted(only)
-    dom_keys = sorted(ctx.domains)
-    type_of: dict[tuple[Any, ...], int] = {}
+    """Stage 3: group interchangeable nodes into types (numbered by their first node)."""
+    by_key = _grouped(ctx, pins, only)
+    for nodes in by_key.values():
+        nodes.sort()  # classes of one key merge out of order
+    ordered = sorted(by_key.items(), key=lambda kv: kv[1][0])
     types: list[NodeType] = []
-    node_type: list[int] = []
+    node_type: list[int] = [0] * len(ctx.part.keys)
     raw_keys: list[tuple[Any, ...]] = []
-    for k, base in enumerate(ctx.part.keys):
-        key = (
-            *base,
-            tuple(k in pins[p] for p in pin_keys),
-            tuple(k in only[u] for u in only_keys),
-            tuple(ctx.domains[d].of.get(k) for d in dom_keys),
-        )
+    for ti, (key, nodes) in enumerate(ordered):
+        types.append(NodeType("", nodes, key[0], key[1], key[2]))
         raw_keys.append(key)
-        if key not in type_of:
-            type_of[key] = len(types)
-            types.append(NodeType("", [], base[0], base[1], base[2]))
-        types[type_of[key]].nodes.append(k)
-        node_type.append(type_of[key])
+        for k in nodes:
+            node_type[k] = ti
     _name_types(ctx, types, raw_keys)
     return types, node_type

@@ -43,6 +43,9 @@ class NodePart:
     keys: list[tuple[Any, ...]]
     statements: dict[str, Statement]
     warnings: list[str]
+    #: The nodes in classes of one key each (ascending indices): stages that group nodes
+    #: work per class, not per node (10,000 nodes are a few classes).
+    classes: list[list[int]] = field(default_factory=list)
 
 
 @dataclass
@@ -165,7 +168,8 @@ def apply_planned(
         key = _node_key(nodes[c.members[0]], c.avail, c.total, c.src, ridx, scale, zero)
         for k in c.members:
             keys[k] = key
-    return NodePart(nodes, ids, index, keys, statements, warnings)
+    members = [list(c.members) for c in classes if c.members]
+    return NodePart(nodes, ids, index, keys, statements, warnings, members)
 
 
 def _node_key(

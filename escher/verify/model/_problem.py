@@ -101,9 +101,17 @@ class Problem:
         """Per resource, the capacity of all nodes together (unbounded counts as 0), >= 1."""
         if "totals" not in self.memo:
             self.memo["totals"] = [
-                sum(c[r] or 0 for c in self.cap) or 1 for r in range(len(self.resources))
+                sum((c[r] or 0) * n for c, n in self._caps_by_type()) or 1
+                for r in range(len(self.resources))
             ]
         return list(self.memo["totals"])
+
+    def _caps_by_type(self) -> list[tuple[tuple[Cap, ...], int]]:
+        """(capacities, nodes with them), one pair per node type: sums over the nodes cost
+        types x resources, not nodes x resources (10,000 nodes are a few types)."""
+        if sum(len(t.nodes) for t in self.types) == len(self.cap):
+            return [(t.cap, len(t.nodes)) for t in self.types]
+        return [(c, 1) for c in self.cap]  # pragma: no cover - a problem built without types
 
     def type_spread(self, t: int) -> float:
         """Sum over the resources type `t` has of 1 / (nodes that have it): how much of what
@@ -130,7 +138,7 @@ class Problem:
         """Per resource, how many nodes have some of it (unbounded counts), >= 1."""
         if "holders" not in self.memo:
             self.memo["holders"] = [
-                sum(1 for c in self.cap if c[r] is None or c[r]) or 1
+                sum(n for c, n in self._caps_by_type() if c[r] is None or c[r]) or 1
                 for r in range(len(self.resources))
             ]
         return list(self.memo["holders"])
