@@ -45,7 +45,10 @@ side by side again as if the optional packages were not installed. --big adds 10
 
     python bench/verify_scaling.py [--quick] [--baseline-timeout S] [--timeout S] [--seed N]
         [--only FAMILIES] [--min-nodes N] [--max-nodes N] [--repeat N] [--timeouts S,S,...]
-        [--seeds N] [--engines [--engine-timeout S] [--big]]
+        [--seeds N] [--engines [--engine-timeout S] [--big]] [--colouring-seeds N,N,...]
+
+With --colouring-seeds: the 1,000- and 2,000-task colourings on those seeds, each with the
+command in a fresh process (verdict, wall, CPU of the command and its lanes).
 """
 
 from __future__ import annotations
@@ -997,6 +1000,57 @@ def seeds(args: argparse.Namespace, only: set[str]) -> bool:
     return ok
 
 
+COLOURING_SEEDS = (7, 8, 9, 10, 11, 12, 13, 23, 42)
+
+
+def colouring_seeds(args: argparse.Namespace, only: set[str]) -> bool:
+    """The 1,000- and 2,000-task colourings (`colouring_instances`) on each seed of
+    --colouring-seeds, with the command a user runs (`escher verify PLAN --cluster C
+    --format json --timeout T`, a fresh process): verdict, the wall time, and the CPU time
+    of the command and its lanes (the machine may be shared: CPU is what a calm machine's
+    wall would be near, with the lanes on cores of their own at most)."""
+    import resource
+
+    wanted = [int(x) for x in args.colouring_seeds.split(",")]
+    print(f"\ncolourings by seed (the command, --timeout {args.timeout}):")
+    print(
+        f"{'family':>8} {'seed':>5} {'expect':>10} {'verdict':>10} {'wall s':>7} "
+        f"{'cpu s':>6}  method"
+    )
+    ok = True
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed in wanted:
+            for fam, _, make in colouring_instances(seed):
+                if only and fam not in only:
+                    continue
+                plan, cluster, feasible = make()
+                pf, cf = Path(tmp, "plan.json"), Path(tmp, "cluster.json")
+                pf.write_text(json.dumps(plan.to_dict()))
+                cf.write_text(json.dumps(cluster))
+                cmd = [_escher(), "verify", str(pf), "--cluster", str(cf), "--format", "json"]
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                t0 = time.perf_counter()
+                out = subprocess.run(
+                    [*cmd, "--timeout", str(args.timeout)],
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                )
+                wall = time.perf_counter() - t0
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+                data = json.loads(out.stdout) if out.stdout.strip() else {}
+                status = data.get("status", f"exit {out.returncode}")
+                expect = "feasible" if feasible else "infeasible"
+                ok &= status in (expect, "unknown")
+                method = data.get("stats", {}).get("method", "")
+                print(
+                    f"{fam:>8} {seed:>5} {expect:>10} {status:>10} {wall:7.2f} {cpu:6.2f}  {method}"
+                )
+                sys.stdout.flush()
+    return ok
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small sizes only")
@@ -1014,7 +1068,14 @@ def main() -> int:
     ap.add_argument("--engines", action="store_true", help="only the table of each engine alone")
     ap.add_argument("--engine-timeout", type=float, default=10.0, help="seconds per engine")
     ap.add_argument("--big", action="store_true", help="10,000-node rows in the engine table")
+    ap.add_argument(
+        "--colouring-seeds",
+        default="",
+        help="e.g. 7,11,42: only the 1,000-task colourings by seed, with the command",
+    )
     args = ap.parse_args()
+    if args.colouring_seeds:
+        return 0 if colouring_seeds(args, set(filter(None, args.only.split(",")))) else 1
     if args.engines:
         return 0 if engines_table(args, set(filter(None, args.only.split(",")))) else 1
     print(
