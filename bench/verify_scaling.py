@@ -1006,16 +1006,17 @@ COLOURING_SEEDS = (7, 8, 9, 10, 11, 12, 13, 23, 42)
 def colouring_seeds(args: argparse.Namespace, only: set[str]) -> bool:
     """The 1,000- and 2,000-task colourings (`colouring_instances`) on each seed of
     --colouring-seeds, with the command a user runs (`escher verify PLAN --cluster C
-    --format json --timeout T`, a fresh process): verdict, the wall time, and the CPU time
-    of the command and its lanes (the machine may be shared: CPU is what a calm machine's
-    wall would be near, with the lanes on cores of their own at most)."""
+    --format json --timeout T`, a fresh process): verdict, the wall time, the CPU time
+    of the command and its lanes, and the seconds to the verdict the command reports (the
+    machine may be shared: CPU is what a calm machine's wall would be near, with the lanes
+    on cores of their own at most)."""
     import resource
 
     wanted = [int(x) for x in args.colouring_seeds.split(",")]
     print(f"\ncolourings by seed (the command, --timeout {args.timeout}):")
     print(
         f"{'family':>8} {'seed':>5} {'expect':>10} {'verdict':>10} {'wall s':>7} "
-        f"{'cpu s':>6}  method"
+        f"{'cpu s':>6} {'verdict s':>9}  method"
     )
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
@@ -1043,9 +1044,11 @@ def colouring_seeds(args: argparse.Namespace, only: set[str]) -> bool:
                 status = data.get("status", f"exit {out.returncode}")
                 expect = "feasible" if feasible else "infeasible"
                 ok &= status in (expect, "unknown")
-                method = data.get("stats", {}).get("method", "")
+                stats = data.get("stats", {})
+                verdict_s = stats.get("seconds", {}).get("verdict", float("nan"))
                 print(
-                    f"{fam:>8} {seed:>5} {expect:>10} {status:>10} {wall:7.2f} {cpu:6.2f}  {method}"
+                    f"{fam:>8} {seed:>5} {expect:>10} {status:>10} {wall:7.2f} {cpu:6.2f} "
+                    f"{verdict_s:9.2f}  {stats.get('method', '')}"
                 )
                 sys.stdout.flush()
     return ok

@@ -700,8 +700,9 @@ def tabu_colour(
     if any(not ns for ns in nodes):
         return None
     tabu = _Tabu(g, nodes, len(p.node_ids), seed, start, capacity_rows(p, g))
+    every = 15 if tabu.rows else 255  # a step with capacities takes ~16x as long
     while not tabu.solved():
-        if tabu.step & 255 == 0 and (
+        if tabu.step & every == 0 and (
             time.monotonic() > deadline or (stop is not None and stop.is_set())
         ):
             return None
