@@ -10,7 +10,9 @@ Nodes are the colours.
   respects capacities and every per-node limit, then the greedy orders for the other items;
   a witness for the independent checker.
 * `tabu_colour`: Tabucol, a local search over colourings, for planted colourings DSatur
-  misses;
+  misses; capacities the copies could overfill count in its objective (`capacity_rows`),
+  so it finds equitable colourings too; `propagated_colour` starts it from belief
+  propagation's colouring;
 * `solve`: the exact 0/1 model (a Boolean per copy and node it may use; clauses and
   cardinalities for Glucose, or pseudo-Boolean capacities for Z3's SAT engine), with the
   nodes of one clique fixed when all nodes are interchangeable (symmetry breaking); UNSAT
