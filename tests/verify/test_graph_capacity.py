@@ -68,10 +68,10 @@ def test_an_equitable_thousand_task_colouring_is_feasible_with_a_checked_witness
     _equitable(made, 250)
     plan, cluster, expected = made
     state = ClusterState.from_dict(cluster)
-    result = verify(plan, state, timeout=300, check_intents=False)  # type: ignore[arg-type]
+    result = verify(plan, state, timeout=300, check_intents=False)
     assert expected and result.status is Verdict.FEASIBLE
     assert result.witness is not None
-    assert check_placement(plan, state, result.witness) == []  # type: ignore[arg-type]
+    assert check_placement(plan, state, result.witness) == []
 
 
 def test_beliefs_find_the_planted_colouring_that_reinforcement_missed() -> None:
