@@ -45,7 +45,10 @@ side by side again as if the optional packages were not installed. --big adds 10
 
     python bench/verify_scaling.py [--quick] [--baseline-timeout S] [--timeout S] [--seed N]
         [--only FAMILIES] [--min-nodes N] [--max-nodes N] [--repeat N] [--timeouts S,S,...]
-        [--seeds N] [--engines [--engine-timeout S] [--big]]
+        [--seeds N] [--engines [--engine-timeout S] [--big]] [--colouring-seeds N,N,...]
+
+With --colouring-seeds: the 1,000- and 2,000-task colourings on those seeds, each with the
+command in a fresh process (verdict, wall, CPU of the command and its lanes).
 """
 
 from __future__ import annotations
@@ -622,6 +625,59 @@ def colouring_balanced(
     return plan, {"nodes": nodes}, clique <= n_nodes
 
 
+def colouring_uneven(
+    n_tasks: int, n_nodes: int, pairs: int, clique: int, seed: int, tight: bool = False
+) -> tuple[Plan, Any, bool]:
+    """A fourth construction of colouring (col4): hidden colour classes of unequal sizes
+    (weights 0.5-1.5, so one node's class may be three times another's), tasks of 1-3 CPU,
+    and `pairs` random `Separated` pairs between classes, written as `Separated` over two
+    or three tasks of distinct classes. With `tight`, each node's CPU is exactly what its
+    class asks (no slack, nodes of different sizes: the colouring must also fit);
+    `clique` > 0 adds that many tasks pairwise separated (infeasible when larger than the
+    nodes)."""
+    rng = random.Random(seed * 9973 + 17)
+    weights = [rng.uniform(0.5, 1.5) for _ in range(n_nodes)]
+    colour = rng.choices(range(n_nodes), weights=weights, k=n_tasks)
+    for c in range(n_nodes):  # every class holds a task
+        colour[c] = c
+    cpu = [rng.randint(1, 3) for _ in range(n_tasks)]
+    names = [f"u{i:04d}" for i in range(n_tasks)]
+    members = [f"z{j}" for j in range(clique)]
+    plan = Plan()
+    for name, q in zip(names, cpu, strict=True):
+        plan.add_task(name, {"CPU": q}, source=f"service {name}")
+    for name in members:
+        plan.add_task(name, {"CPU": 1}, source=f"service {name}")
+    seen: set[tuple[int, int]] = set()
+    groups: list[tuple[int, ...]] = []
+    while len(seen) < pairs:
+        group = [rng.randrange(n_tasks)]
+        for _ in range(2 if rng.random() < 0.3 else 1):
+            group.append(rng.randrange(n_tasks))
+        if len({colour[t] for t in group}) != len(group):
+            continue
+        new = {(min(a, b), max(a, b)) for a, b in itertools.combinations(group, 2)} - seen
+        if new:
+            seen |= new
+            groups.append(tuple(group))
+    for group in groups:
+        tasks = tuple(names[t] for t in group)
+        plan.add_intent(Separated(tasks, source=f"Apart({', '.join(tasks)})"))
+    if len(members) > 1:
+        plan.add_intent(Separated(tuple(members), source="Apart(clique)"))
+    load = [0] * n_nodes
+    for t, c in enumerate(colour):
+        load[c] += cpu[t]
+    total = sum(cpu) + clique
+    caps = [load[c] + (clique if clique else 0) for c in range(n_nodes)] if tight else None
+    if caps:
+        rng.shuffle(caps)
+    nodes = [
+        {"id": f"h{i:03d}", "total": {"CPU": caps[i] if caps else total}} for i in range(n_nodes)
+    ]
+    return plan, {"nodes": nodes}, clique <= n_nodes
+
+
 def gpus_slots(n_nodes: int, seed: int, feasible: bool) -> tuple[Plan, Any, bool]:
     """A second construction of fragmentation (g2): 4-, 6- and 10-GPU nodes hold at most 1,
     1 and 2 tasks of 4 or 5 GPUs, and the packing fills every such slot (leaving 0-2 GPUs
@@ -745,7 +801,7 @@ ENGINE_FAMILIES = [
     *("g", "g-ok", "g2", "g2-ok", "d", "t", "t-short", "p", "p2", "p3"),
     *("p-short", "p-extra", "p3-short", "p3-extra"),
     *("col", "col-k", "col-s", "col-l", "col2", "col2-k", "col2-l"),
-    *("col-m", "col-mk", "col-me", "col3", "col3-k", "col3-e"),
+    *("col-m", "col-mk", "col-me", "col3", "col3-k", "col3-e", "col4", "col4-t", "col4-k"),
 ]
 
 
@@ -794,7 +850,9 @@ def colouring_instances(seed: int) -> list[tuple[str, int, Any]]:
     """Colouring at 1,000 tasks on 4 nodes, ~5,000 separated pairs, by the three
     constructions: col-m (random pairs) and col-mk (with a 5-clique: infeasible), col-me
     (random pairs, each node holding exactly 250 tasks: an equitable colouring), col3
-    (degree-balanced pairs), col3-k (with a 5-clique) and col3-e (equitable)."""
+    (degree-balanced pairs), col3-k (with a 5-clique) and col3-e (equitable); and 2,000
+    tasks on 5 nodes, ~10,000 pairs, hidden classes of unequal sizes (col4; col4-t: each
+    node's CPU exactly its class's, col4-k: with a 6-clique)."""
 
     def equitable(made: tuple[Plan, Any, bool]) -> tuple[Plan, Any, bool]:
         plan, cluster, ok = made
@@ -809,6 +867,9 @@ def colouring_instances(seed: int) -> list[tuple[str, int, Any]]:
         ("col3", 4, lambda: colouring_balanced(1000, 4, 5000, 0, seed)),
         ("col3-k", 4, lambda: colouring_balanced(1000, 4, 5000, 5, seed)),
         ("col3-e", 4, lambda: colouring_balanced(1000, 4, 5000, 0, seed, equitable=True)),
+        ("col4", 5, lambda: colouring_uneven(2000, 5, 10000, 0, seed)),
+        ("col4-t", 5, lambda: colouring_uneven(2000, 5, 10000, 0, seed, tight=True)),
+        ("col4-k", 5, lambda: colouring_uneven(2000, 5, 10000, 6, seed)),
     ]
 
 
@@ -975,6 +1036,60 @@ def seeds(args: argparse.Namespace, only: set[str]) -> bool:
     return ok
 
 
+COLOURING_SEEDS = (7, 8, 9, 10, 11, 12, 13, 23, 42)
+
+
+def colouring_seeds(args: argparse.Namespace, only: set[str]) -> bool:
+    """The 1,000- and 2,000-task colourings (`colouring_instances`) on each seed of
+    --colouring-seeds, with the command a user runs (`escher verify PLAN --cluster C
+    --format json --timeout T`, a fresh process): verdict, the wall time, the CPU time
+    of the command and its lanes, and the seconds to the verdict the command reports (the
+    machine may be shared: CPU is what a calm machine's wall would be near, with the lanes
+    on cores of their own at most)."""
+    import resource
+
+    wanted = [int(x) for x in args.colouring_seeds.split(",")]
+    print(f"\ncolourings by seed (the command, --timeout {args.timeout}):")
+    print(
+        f"{'family':>8} {'seed':>5} {'expect':>10} {'verdict':>10} {'wall s':>7} "
+        f"{'cpu s':>6} {'verdict s':>9}  method"
+    )
+    ok = True
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed in wanted:
+            for fam, _, make in colouring_instances(seed):
+                if only and fam not in only:
+                    continue
+                plan, cluster, feasible = make()
+                pf, cf = Path(tmp, "plan.json"), Path(tmp, "cluster.json")
+                pf.write_text(json.dumps(plan.to_dict()))
+                cf.write_text(json.dumps(cluster))
+                cmd = [_escher(), "verify", str(pf), "--cluster", str(cf), "--format", "json"]
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                t0 = time.perf_counter()
+                out = subprocess.run(
+                    [*cmd, "--timeout", str(args.timeout)],
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                )
+                wall = time.perf_counter() - t0
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+                data = json.loads(out.stdout) if out.stdout.strip() else {}
+                status = data.get("status", f"exit {out.returncode}")
+                expect = "feasible" if feasible else "infeasible"
+                ok &= status in (expect, "unknown")
+                stats = data.get("stats", {})
+                verdict_s = stats.get("seconds", {}).get("verdict", float("nan"))
+                print(
+                    f"{fam:>8} {seed:>5} {expect:>10} {status:>10} {wall:7.2f} {cpu:6.2f} "
+                    f"{verdict_s:9.2f}  {stats.get('method', '')}"
+                )
+                sys.stdout.flush()
+    return ok
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small sizes only")
@@ -992,7 +1107,14 @@ def main() -> int:
     ap.add_argument("--engines", action="store_true", help="only the table of each engine alone")
     ap.add_argument("--engine-timeout", type=float, default=10.0, help="seconds per engine")
     ap.add_argument("--big", action="store_true", help="10,000-node rows in the engine table")
+    ap.add_argument(
+        "--colouring-seeds",
+        default="",
+        help="e.g. 7,11,42: only the 1,000-task colourings by seed, with the command",
+    )
     args = ap.parse_args()
+    if args.colouring_seeds:
+        return 0 if colouring_seeds(args, set(filter(None, args.only.split(",")))) else 1
     if args.engines:
         return 0 if engines_table(args, set(filter(None, args.only.split(",")))) else 1
     print(

@@ -62,12 +62,13 @@ SAT_GRACE = 1.0
 #: Share of the time left that the 0/1 model of a separation graph may use.
 GRAPH_SHARE = 0.5
 
-#: Share of the time left that DSatur may use, and the seconds of the first try of the
-#: local search (each next try doubles them): Tabucol colours the planted 120-task
-#: colourings of the bench in under 0.1 s, belief propagation + Tabucol the 1,000-task
-#: ones in under 0.5 s of CPU (docs/verify-engines.md).
+#: Share of the time left that DSatur may use, and the seconds of the first try of Tabucol
+#: from a random start (each next try doubles them): it colours the planted 120-task
+#: colourings of the bench in under 0.1 s; belief propagation + Tabucol the 1,000-task
+#: ones in 0.1-0.7 s of CPU per start, so a failed start should not wait long for the next
+#: (docs/verify-engines.md).
 TABU_SHARE = 0.25
-TABU_SECONDS = 2.0
+TABU_SECONDS = 0.5
 
 #: Share of the time left the neighbourhood search may use when the engines run in turn
 #: (after the exact search: minimisation and intent proofs decide many infeasible
@@ -234,8 +235,9 @@ def _graph_stage(run: _Run, share: float = GRAPH_SHARE) -> Decision | None:
 def _local_search(run: _Run, g: Any, until: float, stop: threading.Event) -> Decision | None:
     """Colourings by local search until `until` or `stop`: per seed, belief propagation
     then Tabucol from its colouring (planted colourings of 1,000 tasks in a fraction of a
-    second), then Tabucol from a random start. Each try may take twice as long as the one
-    before (`TABU_SECONDS` the first), so a loaded machine slows the search, not stops it."""
+    second; it limits its own Tabucol), then Tabucol from a random start. Each Tabucol try
+    from a random start may take twice as long as the one before (`TABU_SECONDS` the
+    first), so a loaded machine slows the search, not stops it."""
     from escher.verify.engines import _graph
 
     seed = 0
@@ -244,7 +246,9 @@ def _local_search(run: _Run, g: Any, until: float, stop: threading.Event) -> Dec
             ("graph colouring (beliefs + Tabucol) + greedy", _graph.propagated_colour),
             ("graph colouring (Tabucol) + greedy", _graph.tabu_colour),
         ):
-            try_until = min(until, time.monotonic() + TABU_SECONDS * 2**seed)
+            try_until = until
+            if colour is _graph.tabu_colour:
+                try_until = min(until, time.monotonic() + TABU_SECONDS * 2**seed)
             fixed = run.timed("graph", partial(colour, run.p, g, try_until, stop, seed))
             got = _around(run, fixed, method)
             if got is not None:

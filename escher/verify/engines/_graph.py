@@ -10,7 +10,9 @@ Nodes are the colours.
   respects capacities and every per-node limit, then the greedy orders for the other items;
   a witness for the independent checker.
 * `tabu_colour`: Tabucol, a local search over colourings, for planted colourings DSatur
-  misses;
+  misses; capacities the copies could overfill count in its objective (`capacity_rows`),
+  so it finds equitable colourings too; `propagated_colour` starts it from belief
+  propagation's colouring;
 * `solve`: the exact 0/1 model (a Boolean per copy and node it may use; clauses and
   cardinalities for Glucose, or pseudo-Boolean capacities for Z3's SAT engine), with the
   nodes of one clique fixed when all nodes are interchangeable (symmetry breaking); UNSAT
@@ -673,6 +675,9 @@ def clique_statements(p: Problem, g: Graph, clique: list[int]) -> set[str]:
 TABU_FACTOR = 0.6
 TABU_RANDOM = 10
 
+#: Copies of an overfilled node that may move in one Tabucol step (drawn at random).
+OVERFILL_SAMPLE = 24
+
 
 def tabu_colour(
     p: Problem,
@@ -685,15 +690,21 @@ def tabu_colour(
     """Tabucol (Hertz and de Werra; Galinier and Hao's tenure): a local search over
     colourings (nodes) that moves one conflicting copy at a time to the node with the fewest
     conflicts, not back to a node it left recently unless that gives the fewest conflicts
-    yet. Planted colourings that DSatur misses are found in a fraction of a second. Ignores
-    capacities; the caller checks the placement. None at `deadline` or once `stop` is set.
-    `start`: a node per vertex to begin from (else random)."""
+    yet. Planted colourings that DSatur misses are found in a fraction of a second.
+
+    Capacities the copies could overfill (`capacity_rows`) count in the objective: a node
+    over its capacity by a copy's worth costs as much as a conflict, and the copies on it
+    may move too, so a colouring is found whose classes also fit (an equitable colouring
+    when the nodes hold exactly their share). The caller checks the placement. None at
+    `deadline` or once `stop` is set. `start`: a node per vertex to begin from (else
+    random)."""
     nodes = [sorted(_nodes_of(p, g.item[v])) for v in range(len(g.item))]
     if any(not ns for ns in nodes):
         return None
-    tabu = _Tabu(g, nodes, len(p.node_ids), seed, start)
-    while tabu.bad:
-        if tabu.step & 255 == 0 and (
+    tabu = _Tabu(g, nodes, len(p.node_ids), seed, start, capacity_rows(p, g))
+    every = 15 if tabu.rows else 255  # a step with capacities takes ~16x as long
+    while not tabu.solved():
+        if tabu.step & every == 0 and (
             time.monotonic() > deadline or (stop is not None and stop.is_set())
         ):
             return None
@@ -704,9 +715,44 @@ def tabu_colour(
     return out
 
 
+@dataclass(frozen=True)
+class CapacityRow:
+    """One capacity the graph's copies share on every node: a load per copy, a capacity per
+    node (None: unbounded), both in units of the largest load (so one copy too many costs
+    about 1)."""
+
+    load: list[float]
+    cap: list[float | None]
+
+
+def capacity_rows(p: Problem, g: Graph) -> list[CapacityRow]:
+    """The (group, resource) capacities the copies of `g` alone could overfill on some node:
+    the others can never bind, so they are left out (a colouring with room to spare keeps
+    the plain Tabucol's speed). Items outside the graph are not counted: the greedy orders
+    place them afterwards, and the checker has the last word."""
+    rows: list[CapacityRow] = []
+    keys = {
+        (grp, r)
+        for i in set(g.item)
+        for grp, load in p.items[i].loads.items()
+        for r, q in enumerate(load)
+        if q
+    }
+    for grp, r in sorted(keys):
+        load = [p.items[i].loads.get(grp, ())[r] if grp in p.items[i].loads else 0 for i in g.item]
+        unit, total = max(load), sum(load)
+        caps = [p.cap[n][r] for n in range(len(p.node_ids))]
+        if not unit or all(c is None or c >= total for c in caps):
+            continue
+        rows.append(
+            CapacityRow([q / unit for q in load], [None if c is None else c / unit for c in caps])
+        )
+    return rows
+
+
 class _Tabu:
-    """The state of a Tabucol run: a node per copy, and per copy and node how many
-    neighbours are there."""
+    """The state of a Tabucol run: a node per copy, per copy and node how many neighbours
+    are there, and (with capacity rows) each node's load per row."""
 
     def __init__(
         self,
@@ -715,6 +761,7 @@ class _Tabu:
         n_nodes: int,
         seed: int,
         start: list[int] | None = None,
+        rows: Sequence[CapacityRow] = (),
     ) -> None:
         import random
 
@@ -730,11 +777,27 @@ class _Tabu:
         self.tabu: dict[tuple[int, int], int] = {}
         self.step = 0
         self.conflicts = sum(self.gamma[v][self.col[v]] for v in range(len(nodes))) // 2
-        self.fewest = self.conflicts
+        self.rows = list(rows)
+        self.use = [[0.0] * n_nodes for _ in self.rows]
+        self.on: list[set[int]] = [set() for _ in range(n_nodes)]
+        for v, n in enumerate(self.col):
+            self.on[n].add(v)
+            for row, use in zip(self.rows, self.use, strict=True):
+                use[n] += row.load[v]
+        self.over = sum(self._over(k, n) for k in range(len(self.rows)) for n in range(n_nodes))
+        self.fewest = self.cost = self.conflicts + self.over
+
+    def solved(self) -> bool:
+        """No conflict left and no node over its capacity."""
+        return not self.bad and self.over < 1e-9
+
+    def _over(self, k: int, n: int, add: float = 0.0) -> float:
+        cap = self.rows[k].cap[n]
+        return 0.0 if cap is None else max(0.0, self.use[k][n] + add - cap)
 
     def move(self) -> None:
         self.step += 1
-        best, moves = self._best_moves()
+        best, moves = self._best_moves() if not self.rows else self._best_capacity_moves()
         if best is None:
             return
         v, c = self.rng.choice(moves)
@@ -743,8 +806,17 @@ class _Tabu:
             self.step + int(TABU_FACTOR * len(self.bad)) + self.rng.randrange(TABU_RANDOM)
         )
         self.col[v] = c
-        self.conflicts += best
-        self.fewest = min(self.fewest, self.conflicts)
+        self.conflicts += self.gamma[v][c] - self.gamma[v][old]
+        if self.rows:
+            self.on[old].discard(v)
+            self.on[c].add(v)
+            for k, row in enumerate(self.rows):
+                before = self._over(k, old) + self._over(k, c)
+                self.use[k][old] -= row.load[v]
+                self.use[k][c] += row.load[v]
+                self.over += self._over(k, old) + self._over(k, c) - before
+        self.cost = self.conflicts + self.over
+        self.fewest = min(self.fewest, self.cost)
         gamma, col, bad = self.gamma, self.col, self.bad
         for u in self.adj[v]:
             gamma[u][old] -= 1
@@ -758,10 +830,10 @@ class _Tabu:
         else:
             bad.discard(v)
 
-    def _best_moves(self) -> tuple[int | None, list[tuple[int, int]]]:
-        best: int | None = None
+    def _best_moves(self) -> tuple[float | None, list[tuple[int, int]]]:
+        best: float | None = None
         moves: list[tuple[int, int]] = []
-        step, tabu, floor = self.step, self.tabu, self.fewest - self.conflicts
+        step, tabu, floor = self.step, self.tabu, self.fewest - self.cost
         for v in self.bad:
             gv, cv = self.gamma[v], self.col[v]
             for c in self.nodes[v]:
@@ -776,6 +848,52 @@ class _Tabu:
                     moves.append((v, c))
         return best, moves
 
+    def _best_capacity_moves(self) -> tuple[float | None, list[tuple[int, int]]]:
+        """As `_best_moves`, the change of the overfill counted too; the copies on an
+        overfilled node may move as well as the conflicting ones."""
+        best: float | None = None
+        moves: list[tuple[int, int]] = []
+        step, tabu, floor = self.step, self.tabu, self.fewest - self.cost - 1e-9
+        movers = set(self.bad)
+        full = [
+            n for n in range(len(self.on)) if any(self._over(k, n) for k in range(len(self.rows)))
+        ]
+        for n in full:  # a sample of each overfilled node's copies: all of them were
+            on = self.on[n]  # 1,000 x nodes deltas a step, 170 steps a second
+            movers |= (
+                on
+                if len(on) <= OVERFILL_SAMPLE
+                else set(self.rng.sample(list(on), OVERFILL_SAMPLE))
+            )
+        rows = range(len(self.rows))
+        for v in movers:
+            gv, cv = self.gamma[v], self.col[v]
+            leave = sum(self._over(k, cv, -self.rows[k].load[v]) - self._over(k, cv) for k in rows)
+            for c in self.nodes[v]:
+                if c == cv:
+                    continue
+                delta = (
+                    gv[c]
+                    - gv[cv]
+                    + leave
+                    + sum(self._over(k, c, self.rows[k].load[v]) - self._over(k, c) for k in rows)
+                )
+                if delta >= floor and tabu.get((v, c), 0) > step:
+                    continue
+                if best is None or delta < best - 1e-9:
+                    best, moves = delta, [(v, c)]
+                elif delta <= best + 1e-9:
+                    moves.append((v, c))
+        return best, moves
+
+
+#: Seconds Tabucol may take after belief propagation, at least, and per second the beliefs
+#: took: from the beliefs' colouring it removes a few conflicts or a few copies too many on
+#: a node in milliseconds, while from a colouring with ~80 conflicts far from the planted
+#: one it did not finish in minutes; another start of the beliefs is the better bet then.
+TABU_AFTER_BELIEFS = 0.25
+TABU_PER_BELIEF_SECOND = 1.0
+
 
 def propagated_colour(
     p: Problem,
@@ -785,14 +903,18 @@ def propagated_colour(
     seed: int = 0,
 ) -> Placement | None:
     """Belief propagation's colouring (`_propagation`), then Tabucol from it to remove the
-    conflicts left; None when the beliefs did not converge, at `deadline`, or once `stop`
-    is set. Capacities are left to the caller's check, as in `tabu_colour`."""
+    conflicts and overfilled nodes left (for `TABU_AFTER_BELIEFS` seconds, or as long as the
+    beliefs took if longer); None when that did not finish, at `deadline`, or once `stop` is
+    set. The caller checks the placement, as with `tabu_colour`."""
     from escher.verify.engines._propagation import beliefs_colouring
 
     nodes = [sorted(_nodes_of(p, g.item[v])) for v in range(len(g.item))]
     if any(not ns for ns in nodes):
         return None
+    t0 = time.monotonic()
     start = beliefs_colouring(list(g.why), nodes, len(p.node_ids), deadline, seed)
     if start is None or (stop is not None and stop.is_set()):
         return None
-    return tabu_colour(p, g, deadline, stop, seed, start)
+    took = time.monotonic() - t0
+    until = min(deadline, time.monotonic() + max(TABU_AFTER_BELIEFS, TABU_PER_BELIEF_SECOND * took))
+    return tabu_colour(p, g, until, stop, seed, start)

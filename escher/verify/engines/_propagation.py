@@ -13,7 +13,6 @@ whatever it ends with.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 #: Colours (nodes) past which the beliefs are not computed (vertices x colours x degree).
 MAX_COLOURS = 64
@@ -21,19 +20,24 @@ MAX_COLOURS = 64
 #: (directed edges) x colours past which the beliefs are not computed.
 MAX_CELLS = 4_000_000
 
-#: Iterations of one run at most, and the largest change of a message below which a run
-#: has converged.
-ITERATIONS = 400
+#: Iterations of plain (damped) belief propagation at most, then of reinforced belief
+#: propagation when the plain messages did not colour the graph; and the largest change of
+#: a message below which a run has converged. Near the threshold where the planted
+#: colouring can be found (average degree 10 on 4 colours), plain messages drift for
+#: hundreds of iterations before they fall into it (`colouring` seed 11: after 550-770), and
+#: reinforcing them earlier settles them in a colouring with ~50 conflicts far from it.
+ITERATIONS = 1200
+REINFORCED = 200
 CONVERGED = 1e-4
 
-#: How fast the prior of a vertex follows its beliefs (reinforced belief propagation):
+#: How fast the prior of a vertex follows its beliefs in the reinforced iterations:
 #: messages that do not converge leave ~50 conflicts of 5,000 edges instead of ~250.
 REINFORCE = 0.1
 
 #: The damping of each update (the share of the old message kept), by seed in turn: which
-#: one converges differs from graph to graph (0.7 colours most planted 1,000-task graphs
-#: measured, 0.5 fewer, 0.85 none in `ITERATIONS`).
-DAMPINGS = (0.7, 0.6, 0.75, 0.5)
+#: one converges differs from graph to graph, and heavy damping converges more often near
+#: the threshold (docs/verify-engines.md).
+DAMPINGS = (0.85, 0.9)
 
 
 def beliefs_colouring(
@@ -63,9 +67,11 @@ def beliefs_colouring(
     n = len(allowed)
     rng = np.random.default_rng(seed)
     damping = DAMPINGS[seed % len(DAMPINGS)]
-    mask = np.full((n, colours), -1e9)
+    # colours along the first axis: numpy reduces over it element-wise (over a short last
+    # axis, the max and sum of each update took 0.7 of its 1.3 ms)
+    mask = np.full((colours, n), -1e9)
     for v, cs in enumerate(allowed):
-        mask[v, cs] = 0.0
+        mask[cs, v] = 0.0
     e = np.asarray(edges, dtype=np.int64)
     half = len(edges)
     # directed edges sorted by target, so a vertex's incoming messages are one slice
@@ -77,33 +83,35 @@ def beliefs_colouring(
     where[by] = np.arange(2 * half)
     rev = where[np.concatenate([np.arange(half, 2 * half), np.arange(0, half)])[by]]
     targets, starts = np.unique(dst, return_index=True)
-    msg = _normalise(np, rng.dirichlet(np.ones(colours), size=2 * half) * np.exp(mask[src]))
+    msg = rng.dirichlet(np.ones(colours), size=2 * half).T * np.exp(mask[:, src])
+    msg /= np.clip(msg.sum(axis=0), 1e-300, None)
     prior = mask.copy()
     best, fewest = None, None
-    for step in range(ITERATIONS):
+    reinforced = 0  # iterations since the reinforcement began (0: plain)
+    for step in range(ITERATIONS + REINFORCED):
         if step % 16 == 0 and time.monotonic() > deadline:
             return None
         away = np.log(np.clip(1.0 - msg, 1e-12, None))  # src does not take the colour
         total = prior.copy()
-        total[targets] += np.add.reduceat(away, starts, axis=0)
-        new = total[src] - away[rev]
-        new = _normalise(np, np.exp(new - new.max(axis=1, keepdims=True)))
+        total[:, targets] += np.add.reduceat(away, starts, axis=1)
+        new = np.take(total, src, axis=1) - np.take(away, rev, axis=1)
+        new -= new.max(axis=0)
+        np.exp(new, out=new)
+        new /= np.clip(new.sum(axis=0), 1e-300, None)
         change = float(np.abs(new - msg).max())
         msg = damping * msg + (1.0 - damping) * new
-        # reinforcement past half the steps: the prior moves toward the beliefs, more with
-        # each step, so messages that oscillate settle (with fewer conflicts)
-        if 2 * step > ITERATIONS:
-            pull = REINFORCE * (2 * step - ITERATIONS) / ITERATIONS
-            prior += pull * (total - total.max(axis=1, keepdims=True))
+        if reinforced:
+            # the prior moves toward the beliefs, more with each step, so messages that
+            # oscillate settle (with fewer conflicts)
+            prior += REINFORCE * min(1.0, reinforced / REINFORCED) * (total - total.max(axis=0))
+            reinforced += 1
         if step % 8 == 7 or change < CONVERGED:
-            colour = total.argmax(axis=1)
+            colour = total.argmax(axis=0)
             bad = int((colour[e[:, 0]] == colour[e[:, 1]]).sum())
             if fewest is None or bad < fewest:
                 best, fewest = colour, bad
-            if bad == 0 or change < CONVERGED:
+            if bad == 0 or (reinforced and change < CONVERGED):
                 break
+            if not reinforced and (change < CONVERGED or step >= ITERATIONS - 1):
+                reinforced = 1
     return None if best is None else [int(c) for c in best]
-
-
-def _normalise(np: Any, a: Any) -> Any:
-    return a / np.clip(a.sum(axis=1, keepdims=True), 1e-300, None)
