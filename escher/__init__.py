@@ -63,59 +63,32 @@ if TYPE_CHECKING:  # pragma: no cover - what type checkers see; at run time __ge
 
     __version__: str
 
-#: The module API (`escher.api.__all__`; tests/test_api.py keeps the two lists equal).
-_API = (
-    "RemoteFunction",
-    "Session",
-    "cancel",
-    "current_backend",
-    "get",
-    "get_cluster_state",
-    "init",
-    "is_initialized",
-    "launch",
-    "node_id",
-    "set_resource",
-    "set_resources",
-    "shutdown",
-    "task",
-    "use_backend",
+#: The modules that define the public names, searched in this order when a name is first used
+#: (`escher.api` last: it loads the backends).
+_HOMES = (
+    "escher.core.errors",
+    "escher.core.resources",
+    "escher.core.nodespec",
+    "escher.core.cluster",
+    "escher.core.task",
+    "escher.core.plan",
+    "escher.api",
 )
 
-#: Public name -> the module that defines it, imported when the name is first used.
-_WHERE: dict[str, str] = {
-    **dict.fromkeys(_API, "escher.api"),
-    **dict.fromkeys(("ClusterState", "Node"), "escher.core.cluster"),
-    **dict.fromkeys(
-        (
-            "BackendError",
-            "BackendUnavailableError",
-            "ConfigError",
-            "EscherError",
-            "GetTimeoutError",
-            "NotInitializedError",
-            "NotInTaskError",
-            "TaskCancelledError",
-            "TaskError",
-            "UnknownBackendError",
-            "UnknownNodeError",
-            "UnschedulableError",
-            "ValidationError",
-        ),
-        "escher.core.errors",
-    ),
-    "NodeSpec": "escher.core.nodespec",
-    "Plan": "escher.core.plan",
-    **dict.fromkeys(("MAX_CAPACITY", "Resources"), "escher.core.resources"),
-    **dict.fromkeys(("Status", "StatusCode", "TaskRef", "TaskState"), "escher.core.task"),
-}
+
+def _find(name: str) -> Any:
+    for home in _HOMES:
+        module = importlib.import_module(home)
+        if hasattr(module, name):
+            return getattr(module, name)
+    raise AssertionError(f"escher.__all__ names {name!r}, which no module in _HOMES defines")
 
 
 def __getattr__(name: str) -> Any:
     """A public name, imported from its module when first used; `__version__`, read once
     from the installed package's metadata; a subpackage (``escher.api``), imported."""
-    if name in _WHERE:
-        value = getattr(importlib.import_module(_WHERE[name]), name)
+    if name in __all__ and name not in ("__version__", "why"):
+        value = _find(name)
     elif name == "__version__":
         value = _version()
     elif not name.startswith("__") and importlib.util.find_spec(f"escher.{name}") is not None:

@@ -7,6 +7,8 @@ imported is.
 
 from __future__ import annotations
 
+import ast
+import importlib
 import json
 import subprocess
 import sys
@@ -51,9 +53,25 @@ def test_import_escher_loads_nothing_until_used() -> None:
     assert "escher.core.plan" in used and not _loaded(used, "escher.api")
 
 
+def _names_imported_for_type_checkers() -> dict[str, str]:
+    """Public name -> module, from the imports under `TYPE_CHECKING` in escher/__init__.py."""
+    tree = ast.parse(Path(escher.__file__).read_text())
+    block = next(n for n in tree.body if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.dump(n))
+    return {
+        alias.name: node.module
+        for node in block.body
+        if isinstance(node, ast.ImportFrom) and node.module
+        for alias in node.names
+        if alias.name not in ("Backend", "WhyResult")  # only for `why`'s signature
+    }
+
+
 def test_every_public_name_resolves() -> None:
     assert set(api.__all__) <= set(escher.__all__)
-    assert set(escher._API) == set(api.__all__)  # the face's copy of the API's list
+    static = _names_imported_for_type_checkers()
+    assert set(escher.__all__) - {"__version__", "why"} == set(static)  # mypy sees what runs
+    for name, module in static.items():
+        assert getattr(escher, name) is getattr(importlib.import_module(module), name), name
     for name in escher.__all__:
         assert getattr(escher, name) is not None, name
     assert set(escher.__all__) <= set(dir(escher))
