@@ -53,7 +53,8 @@ def test_arcflow_agrees_with_enumeration(inst: tuple[Plan, ClusterState]) -> Non
     plan, state = inst
     p = build(plan, state)
     expected = feasible(plan, state)
-    status, placement = _arcflow.solve(p, time.monotonic() + 30)
+    # Decided in milliseconds; the long deadline only keeps a heavily loaded machine honest.
+    status, placement = _arcflow.solve(p, time.monotonic() + 300)
     if status == "feasible":
         assert expected
         assert placement is not None
@@ -62,7 +63,7 @@ def test_arcflow_agrees_with_enumeration(inst: tuple[Plan, ClusterState]) -> Non
         assert not expected
     else:
         assert len({r for it in p.items for r in it.nonzero}) > 1, "one resource: decided"
-        core = _arcflow.project(p, time.monotonic() + 30)
+        core = _arcflow.project(p, time.monotonic() + 300)
         if core is not None:
             assert not expected
             sub, sub_state = sub_instance(plan, state, core, cap_statement_nodes(plan, state))
