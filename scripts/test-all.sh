@@ -30,9 +30,20 @@ set +e
 if [ "$workers" != 0 ] && [ "$#" -eq 0 ]; then
     python -m pytest -q -n "$workers" --dist loadgroup -m "not ray"
     status=$?
+    # The Kubernetes tests with RBAC (scripts/ci-k8s-rbac.sh) beside the Ray tests: their own
+    # control plane on loopback, no Ray; both mostly wait on their clusters.
+    rbac_log="$(mktemp)"
+    bash scripts/ci-k8s-rbac.sh >"$rbac_log" 2>&1 &
+    rbac=$!
     python -m pytest -q -p no:xdist -m ray  # alone, in one process, as before
     ray_status=$?
+    wait "$rbac"
+    rbac_status=$?
+    echo "Kubernetes tests with RBAC (scripts/ci-k8s-rbac.sh):"
+    cat "$rbac_log"
+    rm -f "$rbac_log"
     if [ "$status" -eq 0 ]; then status=$ray_status; fi
+    if [ "$status" -eq 0 ]; then status=$rbac_status; fi
 else
     python -m pytest -q "$@"
     status=$?
@@ -45,7 +56,9 @@ if [ -n "$oldest_ray" ]; then
     if [ "$installed" -ne 0 ]; then echo "ci-ray-versions: installing the oldest Ray failed" >&2; fi
     if [ "$status" -eq 0 ]; then status=$installed; fi
 fi
-if [ "$status" -eq 0 ] && [ "$#" -eq 0 ]; then bash scripts/ci-k8s-rbac.sh; status=$?; fi  # k8s tests with RBAC
+if [ "$status" -eq 0 ] && [ "$#" -eq 0 ] && [ "$workers" = 0 ]; then
+    bash scripts/ci-k8s-rbac.sh; status=$?  # k8s tests with RBAC (beside Ray above otherwise)
+fi
 if [ "$status" -eq 0 ] && [ "$#" -eq 0 ]; then bash scripts/ci-ray-versions.sh; status=$?; fi  # oldest Ray
 set -e
 if [ "$status" -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi
