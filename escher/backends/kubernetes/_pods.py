@@ -94,33 +94,38 @@ def build_pod(
     """The pod manifest (a plain dict) for `spec`.
 
     A pod of the runner also gets the driver's Python version (the runner refuses a task
-    from another version) and its own ServiceAccount's name (for the tasks it launches).
+    from another version), its own ServiceAccount's name (for the tasks it launches), and
+    its node's and its own name from the downward API (``NODE_NAME``, ``POD_NAME``). A
+    container task gets only `env`: every byte of a pod is stored, encoded and sent to
+    each watcher of it, so escher adds nothing its own runner does not read.
     """
     env = dict(env)
-    if tuple(command) == RUNNER_COMMAND:
+    runner = tuple(command) == RUNNER_COMMAND
+    if runner:
         env.setdefault(PYTHON_ENV, python_version_tag())
         if service_account:
             env.setdefault("ESCHER_K8S_SERVICE_ACCOUNT", service_account)
     env_list: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in env.items()]
-    env_list += [
-        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
-        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-    ]
+    if runner:
+        env_list += [
+            {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        ]
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": image,
+        "command": command,
+        "resources": resource_block(spec, names),
+        "terminationMessagePath": TERMINATION_LOG,
+        "terminationMessagePolicy": "File",
+    }
+    if env_list:
+        container["env"] = env_list
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": 0,
-        "containers": [
-            {
-                "name": CONTAINER,
-                "image": image,
-                "command": command,
-                "env": env_list,
-                "resources": resource_block(spec, names),
-                "terminationMessagePath": TERMINATION_LOG,
-                "terminationMessagePolicy": "File",
-            }
-        ],
+        "containers": [container],
     }
     if node_selector:
         pod_spec["nodeSelector"] = dict(node_selector)
