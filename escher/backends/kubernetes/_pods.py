@@ -52,10 +52,19 @@ def own_service_account(token_path: Path = TOKEN_PATH) -> str | None:
     return None
 
 
+def _slug(task_name: str) -> str:
+    return re.sub(r"[^a-z0-9-]+", "-", task_name.lower()).strip("-")[:40].strip("-") or "task"
+
+
 def pod_name(task_name: str) -> str:
-    """A unique, DNS-safe pod name that shows the task's name."""
-    slug = re.sub(r"[^a-z0-9-]+", "-", task_name.lower()).strip("-")[:40].strip("-") or "task"
-    return f"escher-{slug}-{uuid.uuid4().hex[:10]}"
+    """A unique, DNS-safe pod name that shows the task's name: ``escher-<name>-<10 hex>``."""
+    return f"escher-{_slug(task_name)}-{uuid.uuid4().hex[:10]}"
+
+
+def name_shows_task(task_name: str) -> bool:
+    """True when `pod_name` shows `task_name` as it is (then the pod carries no
+    ``task-name`` annotation: every byte of a pod is stored and sent to each watcher)."""
+    return _slug(task_name) == task_name
 
 
 def resource_block(spec: TaskSpec, names: Names) -> dict[str, dict[str, str]]:
@@ -133,7 +142,7 @@ def build_pod(
         pod_spec["serviceAccountName"] = service_account
     if image_pull_secrets:
         pod_spec["imagePullSecrets"] = [{"name": name} for name in image_pull_secrets]
-    return {
+    manifest: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
@@ -144,10 +153,12 @@ def build_pod(
                 names.session_label: session,
                 f"{names.domain}/task": task_id,
             },
-            "annotations": {f"{names.domain}/task-name": spec.name[:200]},
         },
         "spec": pod_spec,
     }
+    if not name_shows_task(spec.name):
+        manifest["metadata"]["annotations"] = {f"{names.domain}/task-name": spec.name[:200]}
+    return manifest
 
 
 def node_selector_env(node_selector: Mapping[str, str]) -> str:

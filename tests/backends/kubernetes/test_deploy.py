@@ -428,6 +428,14 @@ def test_runner_pods_carry_the_driver_python_account_and_pull_secrets() -> None:
     assert "imagePullSecrets" not in container["spec"]
     given = build_pod(name="g", command=["sh"], **{**common, "env": {"A": "1"}})
     assert given["spec"]["containers"][0]["env"] == [{"name": "A", "value": "1"}]
+    # the task's name is annotated only when the pod's name cannot show it as it is
+    for task, note in (("aa-1", None), ("pair-0/task-0", "pair-0/task-0"), ("A", "A")):
+        named = build_pod(
+            name="n",
+            command=["sh"],
+            **{**common, "spec": TaskSpec(None, command=["sh"], name=task)},
+        )
+        assert (named["metadata"].get("annotations") or {}).get("escher.io/task-name") == note
 
 
 def test_in_cluster_driver_gives_tasks_its_own_account(tmp_path: Path) -> None:
