@@ -143,8 +143,7 @@ class Binds:
                     name, node = meta["name"], pod["spec"].get("nodeName")
                     if node and name not in self.bound:
                         self.bound[name] = node
-                        notes = meta.get("annotations") or {}
-                        self.task[name] = notes.get("escher.io/task-name", name)
+                        self.task[name] = task_name(meta)
                         self.last = time.perf_counter()
                         self.times.append(self.last)
                         if len(self.bound) >= self.expected:
@@ -166,8 +165,7 @@ class Binds:
             meta, node = pod["metadata"], pod["spec"].get("nodeName")
             if node and meta["name"] not in self.bound:
                 self.bound[meta["name"]] = node
-                notes = meta.get("annotations") or {}
-                self.task[meta["name"]] = notes.get("escher.io/task-name", meta["name"])
+                self.task[meta["name"]] = task_name(meta)
                 self.last = time.perf_counter()
         if len(self.bound) >= self.expected:
             self.done.set()
@@ -187,6 +185,18 @@ class Binds:
                 self.done.set()  # the watch thread ends at its next event
                 return False
         return True
+
+
+def task_name(meta: dict[str, Any]) -> str:
+    """The task of a pod: native pods are named after it; escher's pods carry it in their
+    name (``escher-<task>-<10 hex>``) or, when the name cannot show it, an annotation."""
+    name = str(meta["name"])
+    notes = meta.get("annotations") or {}
+    if "escher.io/task-name" in notes:
+        return str(notes["escher.io/task-name"])
+    if name.startswith("escher-"):
+        return name[len("escher-") :].rsplit("-", 1)[0]
+    return name
 
 
 def violations(binds: Binds, groups: int) -> int:

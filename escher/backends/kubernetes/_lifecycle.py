@@ -517,7 +517,7 @@ class PodLifecycle:
         name = pod_name(task.spec.name)
         manifest = self._manifest(task, name)
         manifest["spec"]["schedulingGates"] = [{"name": GATE_NAME}]
-        env = manifest["spec"]["containers"][0]["env"]
+        env = manifest["spec"]["containers"][0].setdefault("env", [])
         env.append({"name": GANG_RELEASE_ENV, "value": gang.release_key})
         with self._lock:
             self._tasks[name] = task

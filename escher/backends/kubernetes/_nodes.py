@@ -33,6 +33,7 @@ from escher.core.errors import (
     did_you_mean,
 )
 from escher.core.nodespec import NodeSpec
+from escher.core.resources import Resources
 
 #: Bound pods that hold resources: not finished.
 BOUND_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
@@ -105,6 +106,10 @@ def patch_ops(
     return ops
 
 
+#: Stands for "no hint" in `NodeStore.fits_physically`.
+_NOTHING = Resources({})
+
+
 class NodeStore:
     """Eligible nodes and escher's extended resources on them.
 
@@ -143,6 +148,9 @@ class NodeStore:
         self._patience = patience
         self._lock = threading.RLock()
         self._records: dict[str, NodeRecord] = {}
+        #: Physical request -> (a node whose allocatable covered it, the request as Resources).
+        self._fit_hints: dict[tuple[tuple[str, float], ...], tuple[str, Resources]] = {}
+        self._physical_names: dict[str, bool] = {}
         self._node_locks: dict[str, threading.Lock] = {}
         self._pool: ThreadPoolExecutor | None = None
         self._all_namespaces = True
@@ -251,12 +259,39 @@ class NodeStore:
         return self._all_namespaces
 
     def fits_physically(self, request: Mapping[str, float]) -> bool:
-        """True if some alive eligible node's allocatable covers the node-defined part."""
-        with self._lock:
-            records = list(self._records.values())
-        if records and physical_fits(records, request, self._names):
+        """True if some alive eligible node's allocatable covers the node-defined part.
+
+        The node that fitted a request last is tried first (its current record): a burst of
+        launches with one request checks one node each, not every node.
+        """
+        key = tuple(sorted((k, v) for k, v in request.items() if self._physical(k)))
+        if not key:
             return True
-        return physical_fits(self.list_records(), request, self._names)
+        with self._lock:
+            name, physical = self._fit_hints.get(key, ("", _NOTHING))
+            rec = self._records.get(name)
+            if (
+                rec is not None
+                and rec.alive
+                and physical.fits_in(rec.allocatable_vector(self._names))
+            ):
+                return True
+            records = list(self._records.values())
+        found = physical_fits(records, request, self._names) if records else None
+        if found is None:
+            found = physical_fits(self.list_records(), request, self._names)
+        if found is None:
+            return False
+        with self._lock:
+            self._fit_hints[key] = found
+        return True
+
+    def _physical(self, name: str) -> bool:
+        """`Names.is_physical_request`, remembered per name (asked once per launch)."""
+        known = self._physical_names.get(name)
+        if known is None:
+            known = self._physical_names[name] = self._names.is_physical_request(name)
+        return known
 
     def lost(self, nodes: Iterable[str]) -> dict[str, NodeRecord | None]:
         """Of `nodes`, those that are gone (None) or not Ready (their record).

@@ -52,10 +52,19 @@ def own_service_account(token_path: Path = TOKEN_PATH) -> str | None:
     return None
 
 
+def _slug(task_name: str) -> str:
+    return re.sub(r"[^a-z0-9-]+", "-", task_name.lower()).strip("-")[:40].strip("-") or "task"
+
+
 def pod_name(task_name: str) -> str:
-    """A unique, DNS-safe pod name that shows the task's name."""
-    slug = re.sub(r"[^a-z0-9-]+", "-", task_name.lower()).strip("-")[:40].strip("-") or "task"
-    return f"escher-{slug}-{uuid.uuid4().hex[:10]}"
+    """A unique, DNS-safe pod name that shows the task's name: ``escher-<name>-<10 hex>``."""
+    return f"escher-{_slug(task_name)}-{uuid.uuid4().hex[:10]}"
+
+
+def name_shows_task(task_name: str) -> bool:
+    """True when `pod_name` shows `task_name` as it is (then the pod carries no
+    ``task-name`` annotation: every byte of a pod is stored and sent to each watcher)."""
+    return _slug(task_name) == task_name
 
 
 def resource_block(spec: TaskSpec, names: Names) -> dict[str, dict[str, str]]:
@@ -94,33 +103,38 @@ def build_pod(
     """The pod manifest (a plain dict) for `spec`.
 
     A pod of the runner also gets the driver's Python version (the runner refuses a task
-    from another version) and its own ServiceAccount's name (for the tasks it launches).
+    from another version), its own ServiceAccount's name (for the tasks it launches), and
+    its node's and its own name from the downward API (``NODE_NAME``, ``POD_NAME``). A
+    container task gets only `env`: every byte of a pod is stored, encoded and sent to
+    each watcher of it, so escher adds nothing its own runner does not read.
     """
     env = dict(env)
-    if tuple(command) == RUNNER_COMMAND:
+    runner = tuple(command) == RUNNER_COMMAND
+    if runner:
         env.setdefault(PYTHON_ENV, python_version_tag())
         if service_account:
             env.setdefault("ESCHER_K8S_SERVICE_ACCOUNT", service_account)
     env_list: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in env.items()]
-    env_list += [
-        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
-        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-    ]
+    if runner:
+        env_list += [
+            {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        ]
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": image,
+        "command": command,
+        "resources": resource_block(spec, names),
+        "terminationMessagePath": TERMINATION_LOG,
+        "terminationMessagePolicy": "File",
+    }
+    if env_list:
+        container["env"] = env_list
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": 0,
-        "containers": [
-            {
-                "name": CONTAINER,
-                "image": image,
-                "command": command,
-                "env": env_list,
-                "resources": resource_block(spec, names),
-                "terminationMessagePath": TERMINATION_LOG,
-                "terminationMessagePolicy": "File",
-            }
-        ],
+        "containers": [container],
     }
     if node_selector:
         pod_spec["nodeSelector"] = dict(node_selector)
@@ -128,7 +142,7 @@ def build_pod(
         pod_spec["serviceAccountName"] = service_account
     if image_pull_secrets:
         pod_spec["imagePullSecrets"] = [{"name": name} for name in image_pull_secrets]
-    return {
+    manifest: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
@@ -139,10 +153,12 @@ def build_pod(
                 names.session_label: session,
                 f"{names.domain}/task": task_id,
             },
-            "annotations": {f"{names.domain}/task-name": spec.name[:200]},
         },
         "spec": pod_spec,
     }
+    if not name_shows_task(spec.name):
+        manifest["metadata"]["annotations"] = {f"{names.domain}/task-name": spec.name[:200]}
+    return manifest
 
 
 def node_selector_env(node_selector: Mapping[str, str]) -> str:

@@ -144,8 +144,9 @@ def build_state(
 
 def physical_fits(
     records: Iterable[NodeRecord], request: Mapping[str, float], names: Names
-) -> bool:
-    """True if some alive node's allocatable covers the physical part of `request`."""
+) -> tuple[str, Resources] | None:
+    """Some alive node whose allocatable covers the physical part of `request`, with that
+    part (in escher's names); None if no node does. An empty part fits anywhere (``""``)."""
     physical = Resources(
         {
             names.from_k8s(names.to_k8s(k)): v
@@ -154,5 +155,8 @@ def physical_fits(
         }
     )
     if not physical:
-        return True
-    return any(rec.alive and physical.fits_in(rec.allocatable_vector(names)) for rec in records)
+        return "", physical
+    for rec in records:
+        if rec.alive and physical.fits_in(rec.allocatable_vector(names)):
+            return rec.name, physical
+    return None

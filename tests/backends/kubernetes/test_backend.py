@@ -358,6 +358,18 @@ def test_infeasible_physical_request_fails_at_once(backend: Any) -> None:
     # A label no node has yet is not infeasible: it may be created later.
     waiting = backend.launch(TaskSpec(_tasks.env_node, resources=Resources({fresh(): 1})))
     assert not waiting.done() and waiting.cancel()
+    # A burst with one physical request checks the node that fitted it last; a request no
+    # node covers is still refused, with or without such a hint.
+    label = fresh()
+    burst = [
+        backend.launch(TaskSpec(_tasks.env_node, resources=Resources({"CPU": 1, label: 1})))
+        for _ in range(3)
+    ]
+    assert not any(ref.done() for ref in burst)
+    assert all(ref.cancel() for ref in burst)
+    for cpu in (5, 4.5):
+        ref = backend.launch(TaskSpec(_tasks.env_node, resources=Resources({"CPU": cpu})))
+        assert ref.status.code is StatusCode.INFEASIBLE
 
 
 def test_oversize_result_is_a_clear_error(backend: Any) -> None:

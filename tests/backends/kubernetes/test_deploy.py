@@ -421,9 +421,21 @@ def test_runner_pods_carry_the_driver_python_account_and_pull_secrets() -> None:
     assert env["ESCHER_K8S_SERVICE_ACCOUNT"] == ESCHER_ACCOUNT
     assert pod["spec"]["serviceAccountName"] == ESCHER_ACCOUNT
     assert pod["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
+    assert {"NODE_NAME", "POD_NAME"} <= set(env)  # the runner reads both
     container = build_pod(name="c", command=["sh", "-c", "true"], **common)
-    names = {e["name"] for e in container["spec"]["containers"][0]["env"]}
-    assert "ESCHER_PYTHON" not in names and "imagePullSecrets" not in container["spec"]
+    # a container task carries only the env it was given: nothing escher's runner reads
+    assert "env" not in container["spec"]["containers"][0]
+    assert "imagePullSecrets" not in container["spec"]
+    given = build_pod(name="g", command=["sh"], **{**common, "env": {"A": "1"}})
+    assert given["spec"]["containers"][0]["env"] == [{"name": "A", "value": "1"}]
+    # the task's name is annotated only when the pod's name cannot show it as it is
+    for task, note in (("aa-1", None), ("pair-0/task-0", "pair-0/task-0"), ("A", "A")):
+        named = build_pod(
+            name="n",
+            command=["sh"],
+            **{**common, "spec": TaskSpec(None, command=["sh"], name=task)},
+        )
+        assert (named["metadata"].get("annotations") or {}).get("escher.io/task-name") == note
 
 
 def test_in_cluster_driver_gives_tasks_its_own_account(tmp_path: Path) -> None:
