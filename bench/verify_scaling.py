@@ -520,6 +520,92 @@ def tight_splits(n_nodes: int, seed: int) -> tuple[Plan, Any, bool]:
     return _jobs(label, rng, True, shapes), {"nodes": nodes}, True
 
 
+def _tight_named(tasks: list[tuple[int, ...]], prefix: str, rng: random.Random) -> Plan:
+    """Tasks named by their five-resource shape (one job per shape, `_jobs`)."""
+    label = [prefix + "-".join(map(str, t)) for t in tasks]
+    shapes = {
+        n: {P5_RES[r]: int(q) for r, q in enumerate(n[len(prefix) :].split("-")) if int(q)}
+        for n in set(label)
+    }
+    return _jobs(label, rng, True, shapes)
+
+
+def tight_hair(n_nodes: int, seed: int) -> tuple[Plan, Any, bool]:
+    """A fifth construction of tight packings (p5), written for issue 30 round five apart
+    from p-p4: a catalogue of 100 shapes of five resources (CPU log-uniform 1-32, memory a
+    multiple of it plus noise, GPUs mostly none, disk on a grid of 25, network 1-50); each
+    node runs a random multiset of 4-10 of them and its capacity is a hair above their use
+    (times 1.00-1.02 per resource, rounded down, at least the use); every node's capacity
+    differs from every other's. Feasible by construction."""
+    rng = random.Random(seed * 9341 + 17)
+    cat: list[tuple[int, ...]] = []
+    while len(cat) < 100:
+        cpu = max(1, int(2 ** rng.uniform(0, 5)))
+        shape = (
+            cpu,
+            cpu * rng.choice([1, 2, 4, 8]) + rng.randint(0, 3),
+            rng.choice([0, 0, 0, 0, 0, 0, 1, 2, 4]),
+            rng.randint(1, 40) * 25,
+            rng.randint(1, 50),
+        )
+        if shape not in cat:
+            cat.append(shape)
+    nodes: list[dict[str, Any]] = []
+    tasks: list[tuple[int, ...]] = []
+    seen: set[tuple[int, ...]] = set()
+    for i in range(n_nodes):
+        mine = [rng.choice(cat) for _ in range(rng.randint(4, 10))]
+        used = [sum(s[r] for s in mine) for r in range(5)]
+        cap = [max(u, int(u * rng.uniform(1.0, 1.02))) for u in used]
+        while tuple(cap) in seen:  # all distinct: a hair more of one resource
+            cap[rng.randrange(5)] += 1
+        seen.add(tuple(cap))
+        nodes.append({"id": f"h-{i:05d}", "total": {P5_RES[r]: cap[r] for r in range(5) if cap[r]}})
+        tasks += mine
+    return _tight_named(tasks, "h", rng), {"nodes": nodes}, True
+
+
+#: Node kinds of `tight_fillers` (CPU, memory, GPU, disk, net), other than `P5_TYPES`.
+P6_KINDS = [(48, 192, 4, 1600, 80), (24, 96, 2, 800, 40), (80, 320, 0, 2400, 120)]
+
+
+def tight_fillers(n_nodes: int, seed: int) -> tuple[Plan, Any, bool]:
+    """A sixth construction of tight packings (p6), written for issue 30 round five apart
+    from p-p5: nodes of three fixed kinds, each filled at random from a 60-shape catalogue
+    until no shape fits, then one "filler" task per node taking 90-100% of what is left of
+    each resource (so most fillers are shapes of their own). Feasible by construction."""
+    rng = random.Random(seed * 5417 + 3)
+    cat: list[tuple[int, ...]] = []
+    while len(cat) < 60:
+        shape = (
+            rng.randint(1, 12),
+            rng.choice([4, 8, 12, 16, 24, 32, 48]),
+            rng.choice([0, 0, 0, 1, 2]),
+            rng.choice([40, 80, 120, 200, 320]),
+            rng.randint(1, 16),
+        )
+        if shape not in cat:
+            cat.append(shape)
+    nodes: list[dict[str, Any]] = []
+    tasks: list[tuple[int, ...]] = []
+    for i in range(n_nodes):
+        kind = rng.randrange(len(P6_KINDS))
+        free = list(P6_KINDS[kind])
+        while True:
+            fit = [s for s in cat if all(q <= f for q, f in zip(s, free, strict=True))]
+            if not fit:
+                break
+            s = rng.choice(fit)
+            tasks.append(s)
+            free = [f - q for f, q in zip(free, s, strict=True)]
+        filler = tuple(f - int(f * rng.uniform(0.0, 0.1)) for f in free)
+        if any(filler):
+            tasks.append(filler)
+        total = {P5_RES[r]: q for r, q in enumerate(P6_KINDS[kind]) if q}
+        nodes.append({"id": f"f{kind}-{i:05d}", "total": total})
+    return _tight_named(tasks, "f", rng), {"nodes": nodes}, True
+
+
 def tight_variant(made: tuple[Plan, Any, bool], variant: str, seed: int) -> tuple[Plan, Any, Any]:
     """A feasible tight packing made infeasible, perhaps: "short" drops one node at random,
     "extra" adds one more copy of the largest task. The expected verdict is infeasible
@@ -829,6 +915,8 @@ def engine_instances(seed: int, big: bool) -> list[tuple[str, int, Any]]:
         out.append(("p2", n, lambda n=n: tight_sets(n, seed)))
         out.append(("p3", n, lambda n=n: tight_kinds(n, seed)))
         out.append(("p4", n, lambda n=n: tight_splits(n, seed)))
+        out.append(("p5", n, lambda n=n: tight_hair(n, seed)))
+        out.append(("p6", n, lambda n=n: tight_fillers(n, seed)))
         out.append(("p-90", n, lambda n=n: tight(n, seed, fill=(0.85, 0.9))))
         for fam, make in (("p", tight), ("p3", tight_kinds)):
             for v in ("short", "extra"):
