@@ -63,12 +63,14 @@ SAT_GRACE = 1.0
 GRAPH_SHARE = 0.5
 
 #: Share of the time left that DSatur may use, and the seconds of the first try of Tabucol
-#: from a random start (each next try doubles them): it colours the planted 120-task
-#: colourings of the bench in under 0.1 s; belief propagation + Tabucol the 1,000-task
-#: ones in 0.1-0.7 s of CPU per start, so a failed start should not wait long for the next
-#: (docs/verify-engines.md).
+#: (each next try doubles them): it colours the planted 120-task colourings of the bench in
+#: under 0.1 s, belief propagation + Tabucol the 1,000-task ones above the threshold in
+#: 0.1-0.7 s of CPU per start; below it (4,000 pairs on 4 nodes: the beliefs find no
+#: planted colouring) Tabucol needs 40,000-300,000 steps, 1-6 s, and tries of 0.5 s were
+#: cut short again and again (0.5 / 1.0 / 1.5 measured on seeds 1-3,
+#: docs/verify-engines.md).
 TABU_SHARE = 0.25
-TABU_SECONDS = 0.5
+TABU_SECONDS = 1.5
 
 #: Share of the time left the neighbourhood search may use when the engines run in turn
 #: (after the exact search: minimisation and intent proofs decide many infeasible
@@ -235,28 +237,41 @@ def _graph_stage(run: _Run, share: float = GRAPH_SHARE) -> Decision | None:
 def _local_search(run: _Run, g: Any, until: float, stop: threading.Event) -> Decision | None:
     """Colourings by local search until `until` or `stop`: per seed, belief propagation
     then Tabucol from its colouring (planted colourings of 1,000 tasks in a fraction of a
-    second; it limits its own Tabucol), then Tabucol from a random start. Each Tabucol try
-    from a random start may take twice as long as the one before (`TABU_SECONDS` the
-    first), so a loaded machine slows the search, not stops it."""
+    second), then Tabucol from a random start. Each Tabucol try may take twice as long as
+    the one before (`TABU_SECONDS` the first; after the beliefs, at least as long as they
+    took), so a loaded machine slows the search, not stops it."""
     from escher.verify.engines import _graph
 
     seed = 0
     while time.monotonic() < until and not stop.is_set():
-        for method, colour in (
-            ("graph colouring (beliefs + Tabucol) + greedy", _graph.propagated_colour),
-            ("graph colouring (Tabucol) + greedy", _graph.tabu_colour),
-        ):
-            try_until = until
-            if colour is _graph.tabu_colour:
-                try_until = min(until, time.monotonic() + TABU_SECONDS * 2**seed)
-            fixed = run.timed("graph", partial(colour, run.p, g, try_until, stop, seed))
-            got = _around(run, fixed, method)
+        budget = TABU_SECONDS * 2**seed
+        tries: list[tuple[str, Callable[[], Placement | None]]] = [
+            (  # below the threshold the beliefs find no planted colouring, only a start
+                "graph colouring (beliefs + Tabucol) + greedy",
+                partial(_graph.propagated_colour, run.p, g, until, stop, seed, budget),
+            ),
+            (
+                "graph colouring (Tabucol) + greedy",
+                partial(_tabu_try, run, g, until, stop, seed, budget),
+            ),
+        ]
+        for method, colour in tries:
+            got = _around(run, run.timed("graph", colour), method)
             if got is not None:
                 return got
             if stop.is_set() or time.monotonic() >= until:
                 return None
         seed += 1
     return None
+
+
+def _tabu_try(
+    run: _Run, g: Any, until: float, stop: threading.Event, seed: int, seconds: float
+) -> Placement | None:
+    """Tabucol from a random start for at most `seconds` (and not past `until`)."""
+    from escher.verify.engines import _graph
+
+    return _graph.tabu_colour(run.p, g, min(until, time.monotonic() + seconds), stop, seed)
 
 
 def _around(run: _Run, fixed: Placement | None, method: str) -> Decision | None:
