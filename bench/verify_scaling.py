@@ -28,7 +28,8 @@ Engine-table families written twice, by two constructions (`--engines`): g/g-ok 
 col* and col2* (colouring: random pairs vs a banded ring of pairs and triangles, each with
 and without a clique larger than the nodes), and at 1,000 tasks on 4 nodes col-m* and col3*
 (random vs degree-balanced pairs; -k with a 5-clique, -e with capacities that admit only
-an equitable colouring).
+an equitable colouring); col5* (equitable by construction, 2,500-6,000 uniformly random
+pairs: 4,000 lie below the threshold where belief propagation finds the planted colouring).
 
 After the table: per family and size run both ways, the default path's time for the plan
 written one entry per task over its time for the same plan with replicas (same run). With
@@ -888,6 +889,7 @@ ENGINE_FAMILIES = [
     *("p-short", "p-extra", "p3-short", "p3-extra"),
     *("col", "col-k", "col-s", "col-l", "col2", "col2-k", "col2-l"),
     *("col-m", "col-mk", "col-me", "col3", "col3-k", "col3-e", "col4", "col4-t", "col4-k"),
+    *("col5", "col5-s", "col5-d"),
 ]
 
 
@@ -934,13 +936,42 @@ def engine_instances(seed: int, big: bool) -> list[tuple[str, int, Any]]:
     return out
 
 
+def colouring_equitable(
+    n_tasks: int, n_nodes: int, pairs: int, seed: int
+) -> tuple[Plan, Any, bool]:
+    """A fifth construction of colouring (col5): hidden classes of exactly n_tasks / n_nodes
+    tasks, `pairs` uniformly random `Separated` pairs between tasks of different classes,
+    nodes of one CPU per task of a class and nothing to spare, so only an equitable
+    colouring fits. Fewer pairs than col-me (4,000 on 1,000 tasks: average degree 8) put
+    it below the threshold where belief propagation recovers the planted colouring and
+    near the one where 4-colourings get rare: the local search alone must find one."""
+    rng = random.Random(seed * 4241 + 5)
+    share = n_tasks // n_nodes
+    colour = [i // share for i in range(share * n_nodes)]
+    rng.shuffle(colour)
+    names = [f"q{i:04d}" for i in range(len(colour))]
+    plan = Plan()
+    for name in names:
+        plan.add_task(name, {"CPU": 1}, source=f"service {name}")
+    seen: set[tuple[int, int]] = set()
+    while len(seen) < pairs:
+        a, b = rng.sample(range(len(colour)), 2)
+        if colour[a] != colour[b]:
+            seen.add((min(a, b), max(a, b)))
+    for a, b in sorted(seen):
+        plan.add_intent(Separated((names[a], names[b]), source=f"Apart({names[a]}, {names[b]})"))
+    nodes = [{"id": f"q{i:03d}", "total": {"CPU": share}} for i in range(n_nodes)]
+    return plan, {"nodes": nodes}, True
+
+
 def colouring_instances(seed: int) -> list[tuple[str, int, Any]]:
     """Colouring at 1,000 tasks on 4 nodes, ~5,000 separated pairs, by the three
     constructions: col-m (random pairs) and col-mk (with a 5-clique: infeasible), col-me
     (random pairs, each node holding exactly 250 tasks: an equitable colouring), col3
     (degree-balanced pairs), col3-k (with a 5-clique) and col3-e (equitable); and 2,000
     tasks on 5 nodes, ~10,000 pairs, hidden classes of unequal sizes (col4; col4-t: each
-    node's CPU exactly its class's, col4-k: with a 6-clique)."""
+    node's CPU exactly its class's, col4-k: with a 6-clique); and col5: 1,000 tasks on 4
+    nodes of exactly 250, 4,000 uniformly random pairs (col5-s: 2,500, col5-d: 6,000)."""
 
     def equitable(made: tuple[Plan, Any, bool]) -> tuple[Plan, Any, bool]:
         plan, cluster, ok = made
@@ -958,6 +989,9 @@ def colouring_instances(seed: int) -> list[tuple[str, int, Any]]:
         ("col4", 5, lambda: colouring_uneven(2000, 5, 10000, 0, seed)),
         ("col4-t", 5, lambda: colouring_uneven(2000, 5, 10000, 0, seed, tight=True)),
         ("col4-k", 5, lambda: colouring_uneven(2000, 5, 10000, 6, seed)),
+        ("col5", 4, lambda: colouring_equitable(1000, 4, 4000, seed)),
+        ("col5-s", 4, lambda: colouring_equitable(1000, 4, 2500, seed)),
+        ("col5-d", 4, lambda: colouring_equitable(1000, 4, 6000, seed)),
     ]
 
 

@@ -12,18 +12,10 @@ from hypothesis import strategies as st
 
 from escher.core.cluster import ClusterState
 from escher.verify import Verdict, check_placement, verify
-from escher.verify.engines._graph import Graph, conflict_graph, max_clique, propagated_colour
+from escher.verify.engines._graph import Graph, max_clique, propagated_colour
 from escher.verify.engines._propagation import beliefs_colouring
-from escher.verify.model import build
 from tests.verify._bench import bench
-
-
-def _graph(plan_cluster: tuple[object, object, bool]) -> tuple[object, Graph]:
-    plan, cluster, _ = plan_cluster
-    p = build(plan, ClusterState.from_dict(cluster))  # type: ignore[arg-type]
-    g = conflict_graph(p)
-    assert g is not None
-    return p, g
+from tests.verify._graphs import built, proper
 
 
 @pytest.mark.parametrize(
@@ -42,23 +34,14 @@ def test_a_small_clique_among_a_thousand_tasks_is_infeasible(make: object) -> No
 
 @pytest.mark.parametrize("seed", [9, 12])
 def test_beliefs_and_tabucol_colour_a_planted_thousand_task_graph(seed: int) -> None:
-    p, g = _graph(bench().colouring(1000, 4, 5000, 0, seed))
+    p, g = built(bench().colouring(1000, 4, 5000, 0, seed))
     found = None
     for s in range(4):  # a few starts, as the engine takes them
-        found = propagated_colour(p, g, time.monotonic() + 120, None, s)  # type: ignore[arg-type]
+        found = propagated_colour(p, g, time.monotonic() + 120, None, s)
         if found is not None:
             break
     assert found is not None
-    node = {}
-    for i, nodes in enumerate(found):
-        for k, n in enumerate(nodes):
-            node[(i, k)] = n
-    copy: dict[int, int] = {}
-    at = []
-    for i in g.item:
-        at.append(node[(i, copy.get(i, 0))])
-        copy[i] = copy.get(i, 0) + 1
-    assert all(at[u] != at[w] for u, w in g.why)
+    assert proper(g, found)
 
 
 def test_a_planted_thousand_task_colouring_is_feasible_with_a_checked_witness() -> None:

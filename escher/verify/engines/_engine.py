@@ -63,12 +63,14 @@ SAT_GRACE = 1.0
 GRAPH_SHARE = 0.5
 
 #: Share of the time left that DSatur may use, and the seconds of the first try of Tabucol
-#: from a random start (each next try doubles them): it colours the planted 120-task
-#: colourings of the bench in under 0.1 s; belief propagation + Tabucol the 1,000-task
-#: ones in 0.1-0.7 s of CPU per start, so a failed start should not wait long for the next
-#: (docs/verify-engines.md).
+#: (each next try doubles them): it colours the planted 120-task colourings of the bench in
+#: under 0.1 s, belief propagation + Tabucol the 1,000-task ones above the threshold in
+#: 0.1-0.7 s of CPU per start; below it (4,000 pairs on 4 nodes: the beliefs find no
+#: planted colouring) Tabucol needs 40,000-300,000 steps, 1-6 s, and tries of 0.5 s were
+#: cut short again and again (0.5 / 1.0 / 1.5 measured on seeds 1-3,
+#: docs/verify-engines.md).
 TABU_SHARE = 0.25
-TABU_SECONDS = 0.5
+TABU_SECONDS = 1.5
 
 #: Share of the time left the neighbourhood search may use when the engines run in turn
 #: (after the exact search: minimisation and intent proofs decide many infeasible
@@ -235,28 +237,41 @@ def _graph_stage(run: _Run, share: float = GRAPH_SHARE) -> Decision | None:
 def _local_search(run: _Run, g: Any, until: float, stop: threading.Event) -> Decision | None:
     """Colourings by local search until `until` or `stop`: per seed, belief propagation
     then Tabucol from its colouring (planted colourings of 1,000 tasks in a fraction of a
-    second; it limits its own Tabucol), then Tabucol from a random start. Each Tabucol try
-    from a random start may take twice as long as the one before (`TABU_SECONDS` the
-    first), so a loaded machine slows the search, not stops it."""
+    second), then Tabucol from a random start. Each Tabucol try may take twice as long as
+    the one before (`TABU_SECONDS` the first; after the beliefs, at least as long as they
+    took), so a loaded machine slows the search, not stops it."""
     from escher.verify.engines import _graph
 
     seed = 0
     while time.monotonic() < until and not stop.is_set():
-        for method, colour in (
-            ("graph colouring (beliefs + Tabucol) + greedy", _graph.propagated_colour),
-            ("graph colouring (Tabucol) + greedy", _graph.tabu_colour),
-        ):
-            try_until = until
-            if colour is _graph.tabu_colour:
-                try_until = min(until, time.monotonic() + TABU_SECONDS * 2**seed)
-            fixed = run.timed("graph", partial(colour, run.p, g, try_until, stop, seed))
-            got = _around(run, fixed, method)
+        budget = TABU_SECONDS * 2**seed
+        tries: list[tuple[str, Callable[[], Placement | None]]] = [
+            (  # below the threshold the beliefs find no planted colouring, only a start
+                "graph colouring (beliefs + Tabucol) + greedy",
+                partial(_graph.propagated_colour, run.p, g, until, stop, seed, budget),
+            ),
+            (
+                "graph colouring (Tabucol) + greedy",
+                partial(_tabu_try, run, g, until, stop, seed, budget),
+            ),
+        ]
+        for method, colour in tries:
+            got = _around(run, run.timed("graph", colour), method)
             if got is not None:
                 return got
             if stop.is_set() or time.monotonic() >= until:
                 return None
         seed += 1
     return None
+
+
+def _tabu_try(
+    run: _Run, g: Any, until: float, stop: threading.Event, seed: int, seconds: float
+) -> Placement | None:
+    """Tabucol from a random start for at most `seconds` (and not past `until`)."""
+    from escher.verify.engines import _graph
+
+    return _graph.tabu_colour(run.p, g, min(until, time.monotonic() + seconds), stop, seed)
 
 
 def _around(run: _Run, fixed: Placement | None, method: str) -> Decision | None:
@@ -557,47 +572,95 @@ SMALL_STAGES: list[Callable[[_Run], Decision | None]] = [
 ]
 
 
-def _search_lane(run: _Run) -> Decision | None:
-    """The packing search in a lane of its own: the dive, then the exact search to the end."""
-    return _dive_stage(run) or _search_stage(run, share_of_left=1.0)
+@dataclass(frozen=True)
+class Lane:
+    """An engine's lane in the race, declared next to the engine.
+
+    Attributes:
+        name: The lane's name (in timings and notes).
+        run: The engine, given the whole time left.
+        applies: Whether the engine can take this problem (so the lanes that can share the
+            processors).
+        packing: A packing engine: no lane where separations make a graph (on every
+            colouring of the bench no packing engine decided anything alone, while the
+            graph engine did; docs/verify-engines.md).
+    """
+
+    name: str
+    run: Callable[[_Run], Decision | None]
+    applies: Callable[[_Run], bool]
+    packing: bool = False
 
 
-def _lns_lane(run: _Run) -> Decision | None:
-    """The neighbourhood search in a lane of its own: the whole time left."""
-    return _lns_stage(run, share=1.0)
+#: Every lane, in the order their processes start (each added by `_lane` where its engine
+#: is defined).
+LANES: list[Lane] = []
 
 
+def _lane(
+    name: str, applies: Callable[[_Run], bool], packing: bool = False
+) -> Callable[[Callable[[_Run], Decision | None]], Callable[[_Run], Decision | None]]:
+    """Declare the decorated function as the lane `name` (`Lane`)."""
+
+    def register(fn: Callable[[_Run], Decision | None]) -> Callable[[_Run], Decision | None]:
+        LANES.append(Lane(name, fn, applies, packing))
+        return fn
+
+    return register
+
+
+def _graph_applies(run: _Run) -> bool:
+    from escher.verify.engines import _graph
+
+    return _graph.applicable(run.p)
+
+
+@_lane("graph", _graph_applies)
 def _graph_lane(run: _Run) -> Decision | None:
     """The graph engine in a lane of its own: the whole time left."""
     return _graph_stage(run, share=1.0)
 
 
+@_lane("search", lambda run: run.packing is not None, packing=True)
+def _search_lane(run: _Run) -> Decision | None:
+    """The packing search in a lane of its own: the dive, then the exact search to the end."""
+    return _dive_stage(run) or _search_stage(run, share_of_left=1.0)
+
+
+def _lns_applies(run: _Run) -> bool:
+    from escher.verify.engines import _lns
+
+    return run.packing is not None and _lns.available() and _lns.tight(run.packing.sub)
+
+
+@_lane("lns", _lns_applies, packing=True)
+def _lns_lane(run: _Run) -> Decision | None:
+    """The neighbourhood search in a lane of its own: the whole time left."""
+    return _lns_stage(run, share=1.0)
+
+
+def _arcflow_applies(run: _Run) -> bool:
+    from escher.verify.engines import _arcflow
+
+    return _arcflow.available() and applicable(run.p) and not run.too_wide
+
+
+_lane("arcflow", _arcflow_applies, packing=True)(_arcflow_stage)
+
+
+@_lane("z3", lambda run: True)
 def _z3_lane(run: _Run) -> Decision | None:
     """Z3 in a lane of its own: counts per node type, then the model per node."""
     return _relaxed_stage(run) or _exact_stage(run)
 
 
 def _lanes(run: _Run) -> dict[str, Callable[[_Run], Decision | None]]:
-    """The lanes that can decide this problem, each run in its own process by `_race`.
-    An engine that cannot take the problem (no SciPy or too wide for arc-flow, no simple
-    items for the search) gets no lane, so the ones that can share the processors. Where
-    separations make a graph, the packing search and arc-flow get none either: on every
-    colouring of the bench neither decided anything alone, while the graph engine did
-    (docs/verify-engines.md), and the processors are better left to it and to Z3."""
-    from escher.verify.engines import _arcflow, _graph, _lns
-
-    lanes: dict[str, Callable[[_Run], Decision | None]] = {}
-    if _graph.applicable(run.p):
-        lanes["graph"] = _graph_lane
-    else:
-        if run.packing is not None:
-            lanes["search"] = _search_lane
-        if run.packing is not None and _lns.available() and _lns.tight(run.packing.sub):
-            lanes["lns"] = _lns_lane
-        if _arcflow.available() and applicable(run.p) and not run.too_wide:
-            lanes["arcflow"] = _arcflow_stage
-    lanes["z3"] = _z3_lane
-    return lanes
+    """The lanes that can decide this problem (`LANES` whose engine applies), each run in
+    its own process by `_race`; where separations make a graph, no packing lane."""
+    graph = _graph_applies(run)
+    return {
+        lane.name: lane.run for lane in LANES if not (lane.packing and graph) and lane.applies(run)
+    }
 
 
 def _lane_answer(run: _Run, lane: Callable[[_Run], Decision | None]) -> dict[str, Any]:

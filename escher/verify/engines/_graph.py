@@ -670,13 +670,13 @@ def clique_statements(p: Problem, g: Graph, clique: list[int]) -> set[str]:
     return core
 
 
+#: Share of a Tabucol try with capacities that the search without them may take first.
+PLAIN_SHARE = 0.7
+
 #: Steps a vertex may not go back to the node it left: TABU_FACTOR x the conflicting
 #: vertices plus a random 0..TABU_RANDOM-1 (Galinier and Hao's tenure).
 TABU_FACTOR = 0.6
 TABU_RANDOM = 10
-
-#: Copies of an overfilled node that may move in one Tabucol step (drawn at random).
-OVERFILL_SAMPLE = 24
 
 
 def tabu_colour(
@@ -692,25 +692,45 @@ def tabu_colour(
     conflicts, not back to a node it left recently unless that gives the fewest conflicts
     yet. Planted colourings that DSatur misses are found in a fraction of a second.
 
-    Capacities the copies could overfill (`capacity_rows`) count in the objective: a node
-    over its capacity by a copy's worth costs as much as a conflict, and the copies on it
-    may move too, so a colouring is found whose classes also fit (an equitable colouring
-    when the nodes hold exactly their share). The caller checks the placement. None at
-    `deadline` or once `stop` is set. `start`: a node per vertex to begin from (else
-    random)."""
+    Where capacities the copies could overfill (`capacity_rows`) bind, the colouring found
+    without them (or the one reached after `PLAIN_SHARE` of the time) is the start of
+    `_swap_tabu`'s search: overfill counts as conflicts, and copies of equal loads may also
+    trade nodes, so a colouring is found whose classes also fit (an equitable colouring
+    when the nodes hold exactly their share; from a colouring with a few copies too many on
+    a node, a dozen swaps). The caller checks the placement. None at `deadline`
+    or once `stop` is set. `start`: a node per vertex to begin from (else random)."""
     nodes = [sorted(_nodes_of(p, g.item[v])) for v in range(len(g.item))]
     if any(not ns for ns in nodes):
         return None
-    tabu = _Tabu(g, nodes, len(p.node_ids), seed, start, capacity_rows(p, g))
-    every = 15 if tabu.rows else 255  # a step with capacities takes ~16x as long
+    rows = capacity_rows(p, g)
+    # with capacities, the plain search first (20x faster a step) for at most a share of
+    # the time: the classes of a colouring it finds are then evened out in a few swaps
+    until = deadline
+    if rows:
+        until = time.monotonic() + max(0.0, deadline - time.monotonic()) * PLAIN_SHARE
+    tabu = _Tabu(g, nodes, len(p.node_ids), seed, start)
     while not tabu.solved():
-        if tabu.step & every == 0 and (
-            time.monotonic() > deadline or (stop is not None and stop.is_set())
+        if tabu.step & 255 == 0 and (
+            time.monotonic() > until or (stop is not None and stop.is_set())
         ):
-            return None
+            if not rows or (stop is not None and stop.is_set()):
+                return None
+            break
         tabu.move()
+    if not rows:
+        return _placement(p, g, tabu.col)
+    from escher.verify.engines._swap_tabu import swap_tabu
+
+    adj = [sorted(a) for a in g.adj]
+    loads, caps = [r.load for r in rows], [r.cap for r in rows]
+    got = swap_tabu(adj, nodes, len(p.node_ids), loads, caps, deadline, stop, seed, tabu.col)
+    return None if got is None else _placement(p, g, got)
+
+
+def _placement(p: Problem, g: Graph, col: Sequence[int]) -> Placement:
+    """The nodes of each item's copies from a node per vertex."""
     out: Placement = [[] for _ in p.items]
-    for v, n in enumerate(tabu.col):
+    for v, n in enumerate(col):
         out[g.item[v]].append(n)
     return out
 
@@ -751,8 +771,8 @@ def capacity_rows(p: Problem, g: Graph) -> list[CapacityRow]:
 
 
 class _Tabu:
-    """The state of a Tabucol run: a node per copy, per copy and node how many neighbours
-    are there, and (with capacity rows) each node's load per row."""
+    """The state of a Tabucol run: a node per copy, and per copy and node how many
+    neighbours are there."""
 
     def __init__(
         self,
@@ -761,7 +781,6 @@ class _Tabu:
         n_nodes: int,
         seed: int,
         start: list[int] | None = None,
-        rows: Sequence[CapacityRow] = (),
     ) -> None:
         import random
 
@@ -777,27 +796,15 @@ class _Tabu:
         self.tabu: dict[tuple[int, int], int] = {}
         self.step = 0
         self.conflicts = sum(self.gamma[v][self.col[v]] for v in range(len(nodes))) // 2
-        self.rows = list(rows)
-        self.use = [[0.0] * n_nodes for _ in self.rows]
-        self.on: list[set[int]] = [set() for _ in range(n_nodes)]
-        for v, n in enumerate(self.col):
-            self.on[n].add(v)
-            for row, use in zip(self.rows, self.use, strict=True):
-                use[n] += row.load[v]
-        self.over = sum(self._over(k, n) for k in range(len(self.rows)) for n in range(n_nodes))
-        self.fewest = self.cost = self.conflicts + self.over
+        self.fewest = self.conflicts
 
     def solved(self) -> bool:
-        """No conflict left and no node over its capacity."""
-        return not self.bad and self.over < 1e-9
-
-    def _over(self, k: int, n: int, add: float = 0.0) -> float:
-        cap = self.rows[k].cap[n]
-        return 0.0 if cap is None else max(0.0, self.use[k][n] + add - cap)
+        """No conflict left."""
+        return not self.bad
 
     def move(self) -> None:
         self.step += 1
-        best, moves = self._best_moves() if not self.rows else self._best_capacity_moves()
+        best, moves = self._best_moves()
         if best is None:
             return
         v, c = self.rng.choice(moves)
@@ -807,16 +814,7 @@ class _Tabu:
         )
         self.col[v] = c
         self.conflicts += self.gamma[v][c] - self.gamma[v][old]
-        if self.rows:
-            self.on[old].discard(v)
-            self.on[c].add(v)
-            for k, row in enumerate(self.rows):
-                before = self._over(k, old) + self._over(k, c)
-                self.use[k][old] -= row.load[v]
-                self.use[k][c] += row.load[v]
-                self.over += self._over(k, old) + self._over(k, c) - before
-        self.cost = self.conflicts + self.over
-        self.fewest = min(self.fewest, self.cost)
+        self.fewest = min(self.fewest, self.conflicts)
         gamma, col, bad = self.gamma, self.col, self.bad
         for u in self.adj[v]:
             gamma[u][old] -= 1
@@ -830,10 +828,10 @@ class _Tabu:
         else:
             bad.discard(v)
 
-    def _best_moves(self) -> tuple[float | None, list[tuple[int, int]]]:
-        best: float | None = None
+    def _best_moves(self) -> tuple[int | None, list[tuple[int, int]]]:
+        best: int | None = None
         moves: list[tuple[int, int]] = []
-        step, tabu, floor = self.step, self.tabu, self.fewest - self.cost
+        step, tabu, floor = self.step, self.tabu, self.fewest - self.conflicts
         for v in self.bad:
             gv, cv = self.gamma[v], self.col[v]
             for c in self.nodes[v]:
@@ -845,44 +843,6 @@ class _Tabu:
                 if best is None or delta < best:
                     best, moves = delta, [(v, c)]
                 elif delta == best:
-                    moves.append((v, c))
-        return best, moves
-
-    def _best_capacity_moves(self) -> tuple[float | None, list[tuple[int, int]]]:
-        """As `_best_moves`, the change of the overfill counted too; the copies on an
-        overfilled node may move as well as the conflicting ones."""
-        best: float | None = None
-        moves: list[tuple[int, int]] = []
-        step, tabu, floor = self.step, self.tabu, self.fewest - self.cost - 1e-9
-        movers = set(self.bad)
-        full = [
-            n for n in range(len(self.on)) if any(self._over(k, n) for k in range(len(self.rows)))
-        ]
-        for n in full:  # a sample of each overfilled node's copies: all of them were
-            on = self.on[n]  # 1,000 x nodes deltas a step, 170 steps a second
-            movers |= (
-                on
-                if len(on) <= OVERFILL_SAMPLE
-                else set(self.rng.sample(list(on), OVERFILL_SAMPLE))
-            )
-        rows = range(len(self.rows))
-        for v in movers:
-            gv, cv = self.gamma[v], self.col[v]
-            leave = sum(self._over(k, cv, -self.rows[k].load[v]) - self._over(k, cv) for k in rows)
-            for c in self.nodes[v]:
-                if c == cv:
-                    continue
-                delta = (
-                    gv[c]
-                    - gv[cv]
-                    + leave
-                    + sum(self._over(k, c, self.rows[k].load[v]) - self._over(k, c) for k in rows)
-                )
-                if delta >= floor and tabu.get((v, c), 0) > step:
-                    continue
-                if best is None or delta < best - 1e-9:
-                    best, moves = delta, [(v, c)]
-                elif delta <= best + 1e-9:
                     moves.append((v, c))
         return best, moves
 
@@ -901,11 +861,13 @@ def propagated_colour(
     deadline: float,
     stop: threading.Event | None = None,
     seed: int = 0,
+    tabu_seconds: float = 0.0,
 ) -> Placement | None:
     """Belief propagation's colouring (`_propagation`), then Tabucol from it to remove the
-    conflicts and overfilled nodes left (for `TABU_AFTER_BELIEFS` seconds, or as long as the
-    beliefs took if longer); None when that did not finish, at `deadline`, or once `stop` is
-    set. The caller checks the placement, as with `tabu_colour`."""
+    conflicts and overfilled nodes left (for `TABU_AFTER_BELIEFS` seconds, as long as the
+    beliefs took, or `tabu_seconds`, whichever is longest); None when that did not finish,
+    at `deadline`, or once `stop` is set. The caller checks the placement, as with
+    `tabu_colour`."""
     from escher.verify.engines._propagation import beliefs_colouring
 
     nodes = [sorted(_nodes_of(p, g.item[v])) for v in range(len(g.item))]
@@ -916,5 +878,6 @@ def propagated_colour(
     if start is None or (stop is not None and stop.is_set()):
         return None
     took = time.monotonic() - t0
-    until = min(deadline, time.monotonic() + max(TABU_AFTER_BELIEFS, TABU_PER_BELIEF_SECOND * took))
+    tabu = max(TABU_AFTER_BELIEFS, TABU_PER_BELIEF_SECOND * took, tabu_seconds)
+    until = min(deadline, time.monotonic() + tabu)
     return tabu_colour(p, g, until, stop, seed, start)
