@@ -80,3 +80,16 @@ def test_choosing_lanes_loads_no_numpy() -> None:
     assert out.returncode == 0, out.stderr
     lanes, loaded = json.loads(out.stdout.splitlines()[-1])
     assert "lns" in lanes and loaded == []
+
+
+def test_a_first_dive_out_of_time_leaves_the_plan_to_the_race(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The dive's own budget running out (building its table raises `Timeout`) is not the
+    run's deadline: the race still decides (at 10,000 nodes the table alone takes longer
+    than the first pass's budget)."""
+    monkeypatch.setattr(_engine, "FIRST_DIVE_MIN", 0.0)
+    monkeypatch.setattr(_engine, "FIRST_DIVE_MAX", 0.0)
+    plan, cluster, _ = bench().family(100, "a", 7)
+    d = decide(plan, ClusterState.from_dict(cluster), deadline=time.monotonic() + 60)
+    assert d.status == "feasible", d.reason

@@ -411,7 +411,10 @@ def _first_dive(run: _Run) -> Decision | None:
     greedy_seconds = FIRST_DIVE_FACTOR * run.times.get("greedy", 0.0)
     budget = min(FIRST_DIVE_MAX, max(FIRST_DIVE_MIN, greedy_seconds))
     until = time.monotonic() + min(budget, max(0.0, run.left()) * DIVE_SHARE)
-    placement = run.timed("dive", lambda: find(pk.sub, until))
+    try:
+        placement = run.timed("dive", lambda: find(pk.sub, until))
+    except Timeout:  # its own short budget, not the run's deadline: the race goes on
+        return None
     return _placed(run, pk, placement, "packing search (dive)")
 
 
