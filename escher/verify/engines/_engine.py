@@ -49,6 +49,15 @@ GREEDY_SHARE = 0.2
 #: Share of the time left the dive may use.
 DIVE_SHARE = 0.3
 
+#: Seconds the dive may take in this process before the race: `FIRST_DIVE_FACTOR` x the
+#: greedy orders' seconds on this problem (a measure of the problem and of the machine's
+#: load now), within `FIRST_DIVE_MIN`..`FIRST_DIVE_MAX`. One descent places an easy plan in
+#: about what the greedy orders took (10-40 ms of CPU at 100-1,000 nodes), and then no
+#: process is started; a plan it does not place starts the race at most this much later.
+FIRST_DIVE_FACTOR = 2.0
+FIRST_DIVE_MIN = 0.03
+FIRST_DIVE_MAX = 0.1
+
 #: Share of the time left the arc-flow projections (a hunt for a conflict) may use.
 PROJECT_SHARE = 0.25
 
@@ -405,6 +414,22 @@ def _dive_stage(run: _Run) -> Decision | None:
         return None
     until = time.monotonic() + max(0.0, run.left()) * DIVE_SHARE
     placement = run.timed("dive", lambda: find(pk.sub, until))
+    return _placed(run, pk, placement, "packing search (dive)")
+
+
+def _first_dive(run: _Run) -> Decision | None:
+    """The dive in this process with a small budget (`FIRST_DIVE_FACTOR` x the greedy
+    orders' seconds, within `FIRST_DIVE_MIN`..`FIRST_DIVE_MAX`), before any lane starts."""
+    pk = run.packing
+    if pk is None:
+        return None
+    greedy_seconds = FIRST_DIVE_FACTOR * run.times.get("greedy", 0.0)
+    budget = min(FIRST_DIVE_MAX, max(FIRST_DIVE_MIN, greedy_seconds))
+    until = time.monotonic() + min(budget, max(0.0, run.left()) * DIVE_SHARE)
+    try:
+        placement = run.timed("dive", lambda: find(pk.sub, until))
+    except Timeout:  # its own short budget, not the run's deadline: the race goes on
+        return None
     return _placed(run, pk, placement, "packing search (dive)")
 
 
@@ -775,10 +800,11 @@ def decide(
             the Z3 encodings alone).
         engines: Only these engines (names of `ENGINES`; the bench runs each alone), the
             pre-checks only when "bounds" is among them.
-        side_by_side: After the pre-checks and the greedy search, the engines race in
-            processes of their own (`_race`) where this system allows it; False runs them
-            in turn, in this process (minimisation, intent proofs and preferences decide
-            many short sub-problems, for which starting processes costs more than it wins).
+        side_by_side: After the pre-checks, the greedy search and a short dive
+            (`_first_dive`), the engines race in processes of their own (`_race`) where
+            this system allows it; False runs them in turn, in this process (minimisation,
+            intent proofs and preferences decide many short sub-problems, for which
+            starting processes costs more than it wins).
     """
     t0 = time.perf_counter()
     try:
@@ -794,7 +820,7 @@ def decide(
     small = sum(it.mult for it in p.items) <= SMALL
     try:
         if side_by_side and engines is None and fast and not small and _portfolio.available():
-            got = _greedy_stage(run)
+            got = _greedy_stage(run) or _first_dive(run)  # no process for an easy plan
             return got if got is not None else _race(run)
         return _in_turn(run, _stages(small, fast, engines))
     except Timeout:

@@ -32,12 +32,13 @@ import random
 import sys
 import time
 from collections.abc import Iterator
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from escher.verify.engines._search import _Space, _space, applicable
 from escher.verify.model import Problem, Timeout, type_total
+
+if TYPE_CHECKING:  # numpy is imported when the search runs, not when a lane is chosen
+    import numpy as np
 
 #: Nodes per neighbourhood at first, at most, and steps without a gain before it grows.
 FIRST_K = 3
@@ -92,6 +93,8 @@ class _State:
     """Counts per (class, node), the load per node, and the copies not placed."""
 
     def __init__(self, p: Problem, sp: _Space) -> None:
+        import numpy as np
+
         self.vec = np.array(sp.vec, dtype=np.int64).reshape(len(sp.vec), -1)
         ncls, ndim = self.vec.shape
         self.count = np.array(
@@ -125,6 +128,8 @@ def _dot_fill(s: _State, deadline: float) -> None:
     bin-centric dot-product rule of Panigrahy et al., "Heuristics for Vector Bin Packing",
     2011: the largest dot product of request and room, both relative to the node's
     capacity) while some copy fits."""
+    import numpy as np
+
     size = (s.cap / s.scale).sum(axis=1)
     for n in np.argsort(-size, kind="stable"):
         if time.monotonic() > deadline:
@@ -144,6 +149,7 @@ def _knapsack_fill(s: _State, until: float) -> None:
     """Node by node (largest first), the copies left that fill it most (the sum over
     dimensions of the load relative to the node's capacity), as a small MILP; the nodes
     left at `until` stay as they are."""
+    import numpy as np
     from scipy.optimize import Bounds, LinearConstraint, milp
 
     size = (s.cap / s.scale).sum(axis=1)
@@ -179,6 +185,8 @@ def _knapsack_fill(s: _State, until: float) -> None:
 
 def _target(s: _State, rng: random.Random) -> int:
     """A class with copies not placed, chosen by their volume."""
+    import numpy as np
+
     cls = np.flatnonzero(s.left > 0)
     weights = (s.left[cls] * s.vol[cls]).tolist()
     return int(rng.choices(cls.tolist(), weights=weights)[0])
@@ -187,6 +195,8 @@ def _target(s: _State, rng: random.Random) -> int:
 def _neighbourhood(s: _State, c: int, k: int, rng: random.Random) -> np.ndarray:
     """`k` nodes around a copy of class `c`: those that lack least of what it needs, then
     random ones that may take it."""
+    import numpy as np
+
     cand = np.flatnonzero(s.ok[c])
     if len(cand) <= k:
         return cand
@@ -208,6 +218,7 @@ def _solve(
     than now, with no objective, so HiGHS stops at the first such answer; with `drift`, for
     as much volume as now, the cheapest at random costs (a move sideways). True when the
     placed volume grew; the new counts are applied whenever an answer was found."""
+    import numpy as np
     from scipy.optimize import Bounds, LinearConstraint, milp
 
     extra = np.zeros_like(s.left)
@@ -263,6 +274,8 @@ def _solve(
 def _placement(p: Problem, sp: _Space, s: _State) -> list[list[int]]:
     """The counts as a placement of the problem's items (free classes on any node they may
     use)."""
+    import numpy as np
+
     placement: list[list[int]] = [[] for _ in p.items]
     for c, idx in enumerate(sp.idxs):
         if c in sp.free:

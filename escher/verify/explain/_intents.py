@@ -33,6 +33,7 @@ from escher.core.plan import (
 from escher.verify._result import IntentResult, IntentStatus
 from escher.verify.check import check_placement, intent_violation, to_witness
 from escher.verify.engines import decide
+from escher.verify.explain._structural import settled_by_creation
 from escher.verify.model import (
     EACH_NODE,
     Mods,
@@ -332,6 +333,10 @@ class IntentProver:
     ) -> IntentResult:
         status, detail, cex = hit
         if cex is None:
+            # a proof by the resource model names labels and tasks: worded for this intent's
+            why = settled_by_creation(intent, sub, self.labels)
+            if why is not None and status is IntentStatus.PROVEN:
+                detail = why
             return IntentResult(
                 intent, status, detail=detail + " (same policy shape as one proven before)"
             )
@@ -342,6 +347,9 @@ class IntentProver:
     def _prove(self, intent: Intent, sub: Plan, deadline: float) -> IntentResult:
         if isinstance(intent, Gang):
             return self._gang(intent, sub, deadline)
+        why = settled_by_creation(intent, sub, self.labels)
+        if why is not None:  # the resource model settles it: no scenario to decide
+            return self._base(intent, sub, deadline, why)
         unknown = ""
         scenarios = list(itertools.islice(_Scenarios(sub, intent, self.state), SCENARIO_LIMIT + 1))
         if len(scenarios) > SCENARIO_LIMIT:
@@ -394,13 +402,17 @@ class IntentProver:
             )
         return base.status
 
-    def _base(self, intent: Intent, sub: Plan, deadline: float) -> IntentResult:
+    def _base(
+        self,
+        intent: Intent,
+        sub: Plan,
+        deadline: float,
+        detail: str = "no placement the resources allow violates it",
+    ) -> IntentResult:
         base = self._placeable(intent, sub, deadline)
         if isinstance(base, IntentResult):
             return base
-        return IntentResult(
-            intent, IntentStatus.PROVEN, detail="no placement the resources allow violates it"
-        )
+        return IntentResult(intent, IntentStatus.PROVEN, detail=detail)
 
     def _gang(self, intent: Intent, sub: Plan, deadline: float) -> IntentResult:
         base = self._placeable(intent, sub, deadline)
