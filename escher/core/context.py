@@ -41,7 +41,15 @@ class TaskContext:
     node_id: str
 
 
-_local = threading.local()
+class _TaskLocal(threading.local):
+    """Per-thread task context; None by default (a class attribute: reading it never raises
+    and catches AttributeError, which `getattr(local, name, None)` does on every thread that
+    runs no task - about 2 us on each launch)."""
+
+    context: TaskContext | None = None
+
+
+_local = _TaskLocal()
 
 _lock = threading.RLock()
 # The active backend (an `escher.backends.Backend`; typed Any because core sits below the
@@ -51,7 +59,7 @@ _active: Any = None
 
 def current_task() -> TaskContext | None:
     """The running task's context on this thread, or None outside tasks."""
-    return getattr(_local, "context", None)
+    return _local.context
 
 
 @contextmanager

@@ -56,12 +56,14 @@ class Waiter:
         with self._cond:
             self._new_refs.append(object_ref)
             self._new_keys.append(key)
+            if len(self._new_refs) > 1:
+                return  # the thread has not taken the earlier ones yet: it will take this too
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._run, name="escher-ray-wait", daemon=True
                 )
                 self._thread.start()
-            elif len(self._new_refs) == 1:
+            else:
                 self._cond.notify()
 
     def close(self) -> None:
