@@ -109,6 +109,10 @@ def patch_ops(
 #: Stands for "no hint" in `NodeStore.fits_physically`.
 _NOTHING = Resources({})
 
+#: Distinct physical requests whose fitting node is remembered; past this the hints start
+#: over (requests computed per task, e.g. memory from data sizes, would grow them forever).
+FIT_HINTS_MAX = 1024
+
 
 class NodeStore:
     """Eligible nodes and escher's extended resources on them.
@@ -283,6 +287,8 @@ class NodeStore:
         if found is None:
             return False
         with self._lock:
+            if len(self._fit_hints) >= FIT_HINTS_MAX:
+                self._fit_hints.clear()
             self._fit_hints[key] = found
         return True
 
