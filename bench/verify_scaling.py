@@ -378,6 +378,44 @@ def tight(
     return _jobs(tasks, rng, grouped, shapes), {"nodes": nodes}, True
 
 
+#: Node kinds of `filled` (CPU, memory in GiB, GPUs).
+FILLED_KINDS = {"f-s": (16, 64, 0), "f-m": (32, 128, 2), "f-l": (48, 192, 4)}
+
+
+def filled(n_nodes: int, seed: int, grouped: bool = True) -> tuple[Plan, Any, bool]:
+    """Nodes of three kinds, each filled with tasks drawn at random from 30 shapes until
+    none fits or under 2 CPUs are left: CPU ends 90-100% used on every node, memory and
+    GPUs less (feasible by construction). Every first-fit order is stuck on 16 of seeds
+    1-100 at 30 nodes and 6 of seeds 1-40 at 100 nodes; the balance order places them all."""
+    rng = random.Random(seed * 7919 + 3)
+    res = ("CPU", "memory", "GPU")
+    cat = sorted(
+        {
+            (rng.choice([1, 2, 3, 4, 6, 8]), rng.choice([2, 4, 8, 16, 24]), rng.choice([0, 0, 1]))
+            for _ in range(30)
+        }
+    )
+    nodes: list[dict[str, Any]] = []
+    tasks: list[str] = []
+    for i in range(n_nodes):
+        kind = rng.choice(sorted(FILLED_KINDS))
+        free = list(FILLED_KINDS[kind])
+        while free[0] >= 2:
+            fit = [c for c in cat if all(q <= f for q, f in zip(c, free, strict=True))]
+            if not fit:
+                break
+            c = rng.choice(fit)
+            tasks.append("f" + "-".join(map(str, c)))
+            free = [f - q for f, q in zip(free, c, strict=True)]
+        total = {r: q for r, q in zip(res, FILLED_KINDS[kind], strict=True) if q}
+        nodes.append({"id": f"{kind}-{i:05d}", "total": total})
+    shapes = {
+        t: {r: int(q) for r, q in zip(res, t[1:].split("-"), strict=True) if int(q)}
+        for t in set(tasks)
+    }
+    return _jobs(tasks, rng, grouped, shapes), {"nodes": nodes}, True
+
+
 def colouring(
     n_tasks: int, n_nodes: int, pairs: int, clique: int, seed: int
 ) -> tuple[Plan, Any, bool]:
@@ -894,8 +932,9 @@ ENGINE_FAMILIES = [
 
 
 def engine_instances(seed: int, big: bool) -> list[tuple[str, int, Any]]:
-    """The families of the engine table: fragmentation with other GPU shapes (g, g-ok) and
-    family d at 100/1,000 (and 10,000 with `big`) nodes, zero-slack triplets, tight
+    """The families of the engine table: fragmentation with other GPU shapes (g, g-ok),
+    family d and nodes filled to 90-100% of their CPU (f) at 100/1,000 (and 10,000 with
+    `big`) nodes, zero-slack triplets, tight
     5-resource packings (p: a capacity per node; p2: random multisets; p3: 2-4 fixed node
     kinds; p4: 3-7 resources, random splits of random capacities; p-90: p filled to 85-90%;
     -short one node fewer, -extra one task more), and graph colouring (120 tasks on
@@ -909,6 +948,7 @@ def engine_instances(seed: int, big: bool) -> list[tuple[str, int, Any]]:
         out.append(("g2", n, lambda n=n: gpus_slots(n, seed, False)))
         out.append(("g2-ok", n, lambda n=n: gpus_slots(n, seed, True)))
         out.append(("d", n, lambda n=n: family(n, "d", seed)))
+        out.append(("f", n, lambda n=n: filled(n, seed)))
     for n in [20, 167]:
         out.append(("t", n, lambda n=n: triplets(n, seed, False, True)))
         out.append(("t-short", n, lambda n=n: triplets(n, seed, True, True)))

@@ -26,7 +26,7 @@ from typing import Any, TypeVar, cast
 from escher.core.cluster import ClusterState
 from escher.core.plan import Plan
 from escher.verify.check import Placement
-from escher.verify.engines import _portfolio
+from escher.verify.engines import _portfolio, _repair
 from escher.verify.engines._bounds import precheck
 from escher.verify.engines._dive import find
 from escher.verify.engines._greedy import STRATEGIES, check, classes, greedy
@@ -57,6 +57,14 @@ DIVE_SHARE = 0.3
 FIRST_DIVE_FACTOR = 2.0
 FIRST_DIVE_MIN = 0.03
 FIRST_DIVE_MAX = 0.1
+
+#: Balance and repair in this process before the race (`_repair_stage`): at most this share
+#: of the time left, and at most `REPAIR_MAX` seconds.
+REPAIR_SHARE = 0.1
+REPAIR_MAX = 0.5
+
+#: Share of the lns lane's time for balance and repair when the parent's budget was short.
+LANE_REPAIR_SHARE = 0.3
 
 #: Share of the time left the arc-flow projections (a hunt for a conflict) may use.
 PROJECT_SHARE = 0.25
@@ -129,6 +137,7 @@ class _Run:
         self.times: dict[str, float] = {}
         self.proven: list[str] = []
         self.notes: list[str] = []
+        self.repair_cut = False  # `_repair_stage` ran out of its budget in this process
 
     @cached_property
     def packing(self) -> _Packing | None:
@@ -433,6 +442,24 @@ def _first_dive(run: _Run) -> Decision | None:
     return _placed(run, pk, placement, "packing search (dive)")
 
 
+def _repair_stage(
+    run: _Run, most: float = REPAIR_MAX, share: float = REPAIR_SHARE
+) -> Decision | None:
+    """Balance then repair (`_repair`) within `share` of the time left and at most `most`
+    seconds: the few copies first fit leaves are placed by moving others, which the lanes
+    take seconds for. Cut short, it sets `run.repair_cut` (the lns lane goes on with it)."""
+    pk = run.packing
+    if pk is None or not _repair.applies(pk.sub):
+        return None
+    until = time.monotonic() + min(most, max(0.0, run.left()) * share)
+    try:
+        placement = run.timed("repair", lambda: _repair.find(pk.sub, until))
+    except Timeout:  # its own budget, not the run's deadline: the race goes on
+        run.repair_cut = True
+        return None
+    return _placed(run, pk, placement, "balance and repair")
+
+
 def _lns_stage(run: _Run, share: float = LNS_SHARE) -> Decision | None:
     """The neighbourhood search with exact sub-solves (`_lns`, HiGHS) within a share of
     the time left: the engine for tight packings of several resources."""
@@ -660,7 +687,12 @@ def _lns_applies(run: _Run) -> bool:
 
 @_lane("lns", _lns_applies, packing=True)
 def _lns_lane(run: _Run) -> Decision | None:
-    """The neighbourhood search in a lane of its own: the whole time left."""
+    """The neighbourhood search in a lane of its own: the whole time left (after balance
+    and repair, when its budget in the parent was too short for this problem)."""
+    if run.repair_cut:
+        got = _repair_stage(run, most=float("inf"), share=LANE_REPAIR_SHARE)
+        if got is not None:
+            return got
     return _lns_stage(run, share=1.0)
 
 
@@ -757,6 +789,7 @@ def _race(run: _Run) -> Decision:
 #: The engines by name, for `decide(engines=...)` ("bounds" is the pre-checks).
 ENGINES: dict[str, Callable[[_Run], Decision | None]] = {
     "greedy": _greedy_stage,
+    "repair": _repair_stage,
     "graph": _graph_stage,
     "dive": _dive_stage,
     "arcflow": _arcflow_stage,
@@ -770,6 +803,7 @@ ENGINES: dict[str, Callable[[_Run], Decision | None]] = {
 #: The engines in turn, in this order, where they cannot run side by side.
 IN_TURN: list[Callable[[_Run], Decision | None]] = [
     _greedy_stage,
+    _repair_stage,
     _graph_stage,
     _dive_stage,
     _arcflow_stage,
@@ -820,7 +854,8 @@ def decide(
     small = sum(it.mult for it in p.items) <= SMALL
     try:
         if side_by_side and engines is None and fast and not small and _portfolio.available():
-            got = _greedy_stage(run) or _first_dive(run)  # no process for an easy plan
+            # no process for an easy plan
+            got = _greedy_stage(run) or _repair_stage(run) or _first_dive(run)
             return got if got is not None else _race(run)
         return _in_turn(run, _stages(small, fast, engines))
     except Timeout:

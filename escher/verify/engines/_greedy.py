@@ -7,6 +7,7 @@ problem-level checker (used for sub-problems); the plan-level independent checke
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -157,7 +158,7 @@ def _order_nodes(
 SPREAD_ROOM = 4
 
 #: Node and class orders `greedy` can use; `decide` tries them in turn.
-STRATEGIES = ("spread", "align", "big", "plain", "spread-size", "align-size")
+STRATEGIES = ("spread", "balance", "align", "big", "plain", "spread-size", "align-size")
 
 
 def _size(p: Problem, it: Item) -> float:
@@ -226,12 +227,15 @@ def _place_class(
     it = p.items[idxs[0]]
     want = sum(p.items[i].mult for i in idxs)
     if targets is None:
-        order = _order_nodes(p, it, "align" if strategy == "spread" else strategy, deadline)
+        ordered_by = "align" if strategy in ("spread", "balance") else strategy
+        order = _order_nodes(p, it, ordered_by, deadline)
         rule = _domainfill.class_rule(p, idxs)
         if rule is not None:  # deal the copies to the domains first
             return _domainfill.fill(p, it, order, want, rule, packer.fit, packer.place, deadline)
         if strategy == "spread":
             return _spread(p, packer, it, order, want, deadline)
+        if strategy == "balance":
+            return _balance(p, packer, it, order, want, deadline)
         return _first_fit(packer, it, [(order, want)], deadline)
     jobs = [job for i in idxs for job in targets.get(i, ())]
     spots: list[int] = []
@@ -338,6 +342,56 @@ def _spread(
             packer.place(it, n, k)
             spots.extend([n] * k)
     return spots
+
+
+def _balance(
+    p: Problem,
+    packer: _Packer,
+    it: Item,
+    nodes: Sequence[int],
+    want: int,
+    deadline: float | None,
+) -> list[int] | None:
+    """Copy by copy, to the node with the most room left in what `it` needs: the share of
+    each resource still free on the node, weighted by what `it` asks of the cluster's total
+    (the dot-product rule of vector packing, on the room left). Nodes stay even in the
+    resources the next classes need, which first fit does not keep."""
+    totals = p.totals()
+    weight = {r: it.need(r) / totals[r] for r in it.nonzero if it.need(r) and totals[r]}
+    heap: list[tuple[float, int, int]] = []
+    for j, n in enumerate(nodes):
+        if deadline is not None and j % DEADLINE_STRIDE == 0 and time.monotonic() > deadline:
+            raise Timeout
+        if packer.fit(it, n, 1):
+            heap.append((-_free_share(packer, it, n, weight), j, n))
+    heapq.heapify(heap)
+    spots: list[int] = []
+    while len(spots) < want:
+        if not heap:
+            return None
+        stride = len(spots) % DEADLINE_STRIDE == 0
+        if stride and deadline is not None and time.monotonic() > deadline:
+            raise Timeout
+        _, j, n = heapq.heappop(heap)
+        packer.place(it, n, 1)
+        spots.append(n)
+        if packer.fit(it, n, 1):
+            heapq.heappush(heap, (-_free_share(packer, it, n, weight), j, n))
+    return spots
+
+
+def _free_share(packer: _Packer, it: Item, n: int, weight: Mapping[int, float]) -> float:
+    """What is free on node `n` of each resource `it` needs, as a share of the node's
+    capacity, weighted (a resource without a limit counts as all free)."""
+    score = 0.0
+    for r, w in weight.items():
+        c = packer.cap(n, r, it.creates)
+        if c is None or c <= 0:
+            score += w
+            continue
+        used = max((packer.used[g].get(n, {}).get(r, 0) for g in it.loads), default=0)
+        score += w * (c - used) / c
+    return score
 
 
 def _even(
