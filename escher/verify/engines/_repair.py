@@ -32,6 +32,12 @@ from escher.verify.model import Item, Problem, Timeout
 #: Nodes tried per copy set aside, those that lack least for it first.
 NODES_TRIED = 32
 
+#: The repair is tried when the balance order sets aside at most this many copies plus
+#: `ASIDE_SHARE` of them all: it closes a few, and hundreds mean an infeasible plan (the
+#: one-node-short tight packings set aside 218 of 903) on which it would spend its budget.
+ASIDE_FEW = 16
+ASIDE_SHARE = 0.01
+
 
 def applies(p: Problem) -> bool:
     """Items that create nothing, on a problem without creations or domain rules (the
@@ -202,13 +208,16 @@ def _make_room_two(m: _Moves, i: int, candidates: list[int]) -> bool:
 
 
 def find(p: Problem, deadline: float) -> Placement | None:
-    """A packing of every copy, or None when the copies set aside cannot all be placed.
+    """A packing of every copy, or None when the copies set aside cannot all be placed
+    (or are too many to try).
 
     Raises:
         Timeout: `deadline` (a `time.monotonic()` value) passed.
     """
     m = _Moves(p, deadline)
     _balanced(m)
+    if len(m.aside) > ASIDE_FEW + ASIDE_SHARE * sum(it.mult for it in p.items):
+        return None
     while m.aside:
         m.aside.sort(key=m.size)
         i = m.aside.pop()  # the largest first
