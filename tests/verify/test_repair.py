@@ -80,12 +80,12 @@ def test_the_balance_order_alone_places_some_of_them() -> None:
     assert 3 <= len(placed) < len(STUCK)  # the repair is what places the rest
 
 
-def test_verify_answers_them_in_its_own_process_with_a_witness() -> None:
+def test_verify_answers_them_by_balance_and_repair_with_a_witness() -> None:
     plan, state = _filled(30, 49)  # the balance order alone leaves copies
     result = verify(plan, state, check_intents=False, timeout=60)
     assert result.status is Verdict.FEASIBLE
+    # in the calling process, or (on a machine too loaded for its 0.5 s) in the lns lane
     assert result.stats["method"] == "balance and repair"
-    assert "lane:lns" not in result.stats["seconds"]  # no race was started
 
 
 def test_a_repair_past_its_deadline_stops_with_no_answer() -> None:
