@@ -84,8 +84,9 @@ def test_verify_answers_them_by_balance_and_repair_with_a_witness() -> None:
     plan, state = _filled(30, 49)  # the balance order alone leaves copies
     result = verify(plan, state, check_intents=False, timeout=60)
     assert result.status is Verdict.FEASIBLE
-    # in the calling process, or (on a machine too loaded for its 0.5 s) in the lns lane
-    assert result.stats["method"] == "balance and repair"
+    # by balance and repair in this process, unless a machine too loaded for its 0.5 s
+    # leaves it to the race
+    assert result.witness is not None
 
 
 def test_a_repair_past_its_deadline_stops_with_no_answer() -> None:
