@@ -157,6 +157,16 @@ def _order_nodes(
 #: `_spread` stops looking at more nodes once they hold this many times the copies wanted.
 SPREAD_ROOM = 4
 
+#: The balance order scores every node for every class: it runs where classes x nodes is
+#: at most this (~0.3 s of CPU); first fit is what scales (family a at 10,000 nodes).
+BALANCE_CELLS = 300_000
+
+
+def balance_applies(p: Problem) -> bool:
+    """Whether the balance order (and the repair built on it) is cheap enough for `p`."""
+    return len(classes(p)) * len(p.node_ids) <= BALANCE_CELLS
+
+
 #: Node and class orders `greedy` can use; `decide` tries them in turn.
 STRATEGIES = ("spread", "balance", "align", "big", "plain", "spread-size", "align-size")
 
@@ -262,7 +272,8 @@ def greedy(
     """First-fit decreasing. `targets`: item -> [(nodes, copies)] to pack into given nodes.
 
     Strategies: the node orders of `STRATEGIES`; a ``-size`` suffix orders classes by size
-    only (not constrained ones first). `fixed`: a placement of some items (non-empty
+    only (not constrained ones first); "balance" answers None at once where it would be
+    slow (`balance_applies`). `fixed`: a placement of some items (non-empty
     entries) that is kept as it is; the other items are placed around it.
 
     Returns:
@@ -273,6 +284,8 @@ def greedy(
             each class and inside the loops over node types and nodes, so a greedy pass
             ends within a few node visits of it.
     """
+    if strategy == "balance" and not balance_applies(p):
+        return None
     packer = _Packer(p)
     placement: Placement = [[] for _ in p.items]
     offsets: dict[int, int] = {}

@@ -26,6 +26,7 @@ from escher.verify.engines._greedy import (
     _free_share,
     _order_nodes,
     _Packer,
+    balance_applies,
 )
 from escher.verify.model import Item, Problem, Timeout
 
@@ -41,12 +42,14 @@ ASIDE_SHARE = 0.01
 
 def applies(p: Problem) -> bool:
     """Items that create nothing, on a problem without creations or domain rules (the
-    moves take copies off nodes, which creations and domain counts do not allow)."""
+    moves take copies off nodes, which creations and domain counts do not allow), small
+    enough for the balance order."""
     return (
         not p.created
         and not p.rules
         and bool(p.types)
         and all(not it.creates and not it.tags for it in p.items)
+        and balance_applies(p)
     )
 
 
