@@ -284,6 +284,8 @@ def greedy(
             each class and inside the loops over node types and nodes, so a greedy pass
             ends within a few node visits of it.
     """
+    if deadline is not None and time.monotonic() > deadline:
+        raise Timeout
     if strategy == "balance" and not balance_applies(p):
         return None
     packer = _Packer(p)
