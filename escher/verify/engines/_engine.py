@@ -803,9 +803,9 @@ ENGINES: dict[str, Callable[[_Run], Decision | None]] = {
 #: The engines in turn, in this order, where they cannot run side by side.
 IN_TURN: list[Callable[[_Run], Decision | None]] = [
     _greedy_stage,
-    _repair_stage,
     _graph_stage,
     _dive_stage,
+    _repair_stage,
     _arcflow_stage,
     _relaxed_stage,
     _quick_search_stage,
@@ -855,7 +855,7 @@ def decide(
     try:
         if side_by_side and engines is None and fast and not small and _portfolio.available():
             # no process for an easy plan
-            got = _greedy_stage(run) or _repair_stage(run) or _first_dive(run)
+            got = _greedy_stage(run) or _first_dive(run) or _repair_stage(run)
             return got if got is not None else _race(run)
         return _in_turn(run, _stages(small, fast, engines))
     except Timeout:

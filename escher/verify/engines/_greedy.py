@@ -7,7 +7,6 @@ problem-level checker (used for sub-problems); the plan-level independent checke
 
 from __future__ import annotations
 
-import heapq
 import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -157,18 +156,8 @@ def _order_nodes(
 #: `_spread` stops looking at more nodes once they hold this many times the copies wanted.
 SPREAD_ROOM = 4
 
-#: The balance order scores every node for every class: it runs where classes x nodes is
-#: at most this (~0.3 s of CPU); first fit is what scales (family a at 10,000 nodes).
-BALANCE_CELLS = 300_000
-
-
-def balance_applies(p: Problem) -> bool:
-    """Whether the balance order (and the repair built on it) is cheap enough for `p`."""
-    return len(classes(p)) * len(p.node_ids) <= BALANCE_CELLS
-
-
 #: Node and class orders `greedy` can use; `decide` tries them in turn.
-STRATEGIES = ("spread", "balance", "align", "big", "plain", "spread-size", "align-size")
+STRATEGIES = ("spread", "align", "big", "plain", "spread-size", "align-size")
 
 
 def _size(p: Problem, it: Item) -> float:
@@ -237,15 +226,12 @@ def _place_class(
     it = p.items[idxs[0]]
     want = sum(p.items[i].mult for i in idxs)
     if targets is None:
-        ordered_by = "align" if strategy in ("spread", "balance") else strategy
-        order = _order_nodes(p, it, ordered_by, deadline)
+        order = _order_nodes(p, it, "align" if strategy == "spread" else strategy, deadline)
         rule = _domainfill.class_rule(p, idxs)
         if rule is not None:  # deal the copies to the domains first
             return _domainfill.fill(p, it, order, want, rule, packer.fit, packer.place, deadline)
         if strategy == "spread":
             return _spread(p, packer, it, order, want, deadline)
-        if strategy == "balance":
-            return _balance(p, packer, it, order, want, deadline)
         return _first_fit(packer, it, [(order, want)], deadline)
     jobs = [job for i in idxs for job in targets.get(i, ())]
     spots: list[int] = []
@@ -272,8 +258,7 @@ def greedy(
     """First-fit decreasing. `targets`: item -> [(nodes, copies)] to pack into given nodes.
 
     Strategies: the node orders of `STRATEGIES`; a ``-size`` suffix orders classes by size
-    only (not constrained ones first); "balance" answers None at once where it would be
-    slow (`balance_applies`). `fixed`: a placement of some items (non-empty
+    only (not constrained ones first). `fixed`: a placement of some items (non-empty
     entries) that is kept as it is; the other items are placed around it.
 
     Returns:
@@ -284,10 +269,6 @@ def greedy(
             each class and inside the loops over node types and nodes, so a greedy pass
             ends within a few node visits of it.
     """
-    if deadline is not None and time.monotonic() > deadline:
-        raise Timeout
-    if strategy == "balance" and not balance_applies(p):
-        return None
     packer = _Packer(p)
     placement: Placement = [[] for _ in p.items]
     offsets: dict[int, int] = {}
@@ -357,56 +338,6 @@ def _spread(
             packer.place(it, n, k)
             spots.extend([n] * k)
     return spots
-
-
-def _balance(
-    p: Problem,
-    packer: _Packer,
-    it: Item,
-    nodes: Sequence[int],
-    want: int,
-    deadline: float | None,
-) -> list[int] | None:
-    """Copy by copy, to the node with the most room left in what `it` needs: the share of
-    each resource still free on the node, weighted by what `it` asks of the cluster's total
-    (the dot-product rule of vector packing, on the room left). Nodes stay even in the
-    resources the next classes need, which first fit does not keep."""
-    totals = p.totals()
-    weight = {r: it.need(r) / totals[r] for r in it.nonzero if it.need(r) and totals[r]}
-    heap: list[tuple[float, int, int]] = []
-    for j, n in enumerate(nodes):
-        if deadline is not None and j % DEADLINE_STRIDE == 0 and time.monotonic() > deadline:
-            raise Timeout
-        if packer.fit(it, n, 1):
-            heap.append((-_free_share(packer, it, n, weight), j, n))
-    heapq.heapify(heap)
-    spots: list[int] = []
-    while len(spots) < want:
-        if not heap:
-            return None
-        stride = len(spots) % DEADLINE_STRIDE == 0
-        if stride and deadline is not None and time.monotonic() > deadline:
-            raise Timeout
-        _, j, n = heapq.heappop(heap)
-        packer.place(it, n, 1)
-        spots.append(n)
-        if packer.fit(it, n, 1):
-            heapq.heappush(heap, (-_free_share(packer, it, n, weight), j, n))
-    return spots
-
-
-def _free_share(packer: _Packer, it: Item, n: int, weight: Mapping[int, float]) -> float:
-    """What is free on node `n` of each resource `it` needs, as a share of the node's
-    capacity, weighted (a resource without a limit counts as all free)."""
-    score = 0.0
-    for r, w in weight.items():
-        c = packer.cap(n, r, it.creates)
-        if c is None or c <= 0:
-            score += w
-            continue
-        used = max((packer.used[g].get(n, {}).get(r, 0) for g in it.loads), default=0)
-        score += w * (c - used) / c
-    return score
 
 
 def _even(
