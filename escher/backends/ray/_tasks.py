@@ -164,21 +164,30 @@ class TaskTable:
         dead = self._watch.dead()
         if dead and getattr(strategy, "soft", False) and getattr(strategy, "node_id", "") in dead:
             strategy = None  # a placement hint to a node that died
-        with entry.submitting:  # a cancel waits until the attempt has its Ray task id
-            if entry.ref.done():  # cancelled before it was submitted
+        # A cancel waits until the attempt has its Ray task id. A settle here (and the
+        # handle's callbacks) comes after the lock is let go.
+        refused: Exception | None = None
+        with entry.submitting:
+            if entry.done():  # cancelled before it was submitted
+                object_ref = None
+            else:
+                try:
+                    object_ref = self._submitter.call(entry, strategy)
+                except Exception as exc:
+                    object_ref, refused = None, exc
+                else:
+                    entry.object_ref = object_ref
+                    entry.task_id = object_ref.task_id().hex()
+                    with self._lock:
+                        self._by_task_id[entry.task_id] = entry
+        if object_ref is None:
+            if refused is None:
                 self._drop(entry)
-                return
-            try:
-                object_ref = self._submitter.call(entry, strategy)
-            except Exception as exc:
-                error = task_error(f"Ray refused it: {exc}", entry.ref, TaskFailedError)
-                error.__cause__ = exc
+            else:
+                error = task_error(f"Ray refused it: {refused}", entry, TaskFailedError)
+                error.__cause__ = refused
                 self._finish(entry, error=error)
-                return
-            entry.object_ref = object_ref
-            entry.task_id = object_ref.task_id().hex()
-            with self._lock:
-                self._by_task_id[entry.task_id] = entry
+            return
         self._waiter.add(object_ref, entry.key)
         self._ensure_threads()
 
