@@ -11,11 +11,16 @@ of 2 CPUs), tasks written as a user writes them (`escher.launch(fn, resources=..
   escher steered  an escher label on every worker node, ``resources={"CPU": 0.5, label: 1}``
 
 Cells: burst sizes (default 1,000 and 10,000) x bodies (no-op and a 5 ms sleep). In every
-cell, each round runs the four kinds back to back, every other round in reverse order (no
-kind always follows the same other one); the first round only warms up. A ratio is escher's
-rate against raw Ray's of the same kind in the same round; a cell reports every round's ratio
-and their median. The processes started during the counted rounds are counted per kind
-(Ray starting worker processes mid-run costs seconds of CPU each: use `--warmup`).
+cell, each round runs two pairs, plain and steered, each pair raw Ray and escher back to back
+(a ratio compares two bursts a second or so apart, not four bursts apart). Within a pair the
+order follows ABBA over the rounds (raw first, escher first, escher first, raw first, ...),
+and the pairs swap places every other round, so neither side is always first or always runs
+after the same other kind; `--warmup` rounds only warm up. A ratio is escher's rate against
+raw Ray's of the same kind in the same pair; a cell reports every round's ratio, their median
+and quartiles (raw Ray's own rate varies by a factor of two or more from round to round on a
+shared machine: many short paired rounds give a median that a few outliers cannot move). The
+processes started during the counted rounds are counted per kind (Ray starting worker
+processes mid-run costs seconds of CPU each: use `--warmup`).
 
 CPU per process class, per task above the class's idle burn (measured for 2 s before each
 cell), for each kind (median of the rounds), read from /proc for
@@ -24,7 +29,7 @@ workers (task worker processes), escher's actors (control actor and start-gate a
 raylets, other (Ray's agents and monitors).
 
 Usage: python bench/ray_bursts.py [--sizes 1000,10000] [--bodies noop,5ms] [--rounds R]
-       [--json FILE]
+       [--warmup W] [--json FILE]
 (from the repository root: the driver imports escher from this checkout, and Ray's workers
 from the driver's working directory)
 """
@@ -181,6 +186,26 @@ def idle_rates(seconds: float = 2.0) -> dict[str, float]:
     return {c: max(0.0, (after[c] - before[c]) / wall) for c in CLASSES}
 
 
+def round_order(i: int) -> list[str]:
+    """The kinds of round `i`: two pairs (plain, steered), raw Ray and escher back to back in
+    each; raw first in rounds 0 and 3 of every four (ABBA), escher first in rounds 1 and 2;
+    the plain pair first in even rounds, the steered pair first in odd ones."""
+    raw_first = i % 4 in (0, 3)
+    pairs = []
+    for kind in ("plain", "steered") if i % 2 == 0 else ("steered", "plain"):
+        pair = [f"raw {kind}", f"escher {kind}"]
+        pairs += pair if raw_first else pair[::-1]
+    return pairs
+
+
+def quartiles(values: list[float]) -> tuple[float, float]:
+    """The lower and upper quartile of `values` (both the value itself for one value)."""
+    if len(values) < 2:
+        return values[0], values[0]
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    return q[0], q[2]
+
+
 def run_cell(n: int, body: str, rounds: int, settle: float, warmup: int) -> dict[str, Any]:
     """One cell: `rounds` counted rounds (after `warmup` rounds) of the four kinds."""
     runs = kinds(BODIES[body])
@@ -189,8 +214,7 @@ def run_cell(n: int, body: str, rounds: int, settle: float, warmup: int) -> dict
     started: dict[str, int] = dict.fromkeys(KINDS, 0)
     cpu: dict[str, dict[str, list[float]]] = {k: {c: [] for c in CLASSES} for k in KINDS}
     for i in range(rounds + warmup):
-        order = list(KINDS) if i % 2 == 0 else list(KINDS)[::-1]
-        for kind in order:
+        for kind in round_order(i):
             time.sleep(settle)  # the previous kind's trailing work, off the clock
             before = cpu_by_class()
             seconds = runs[kind](n)
@@ -222,6 +246,7 @@ def run_cell(n: int, body: str, rounds: int, settle: float, warmup: int) -> dict
         "rates": rates,
         "ratios": ratios,
         "median": {k: statistics.median(v) for k, v in ratios.items()},
+        "quartiles": {k: quartiles(v) for k, v in ratios.items()},
         "idle_cpu_per_s": idle,
         "processes_started": started,
         "cpu_us_per_task": {
@@ -234,7 +259,14 @@ def report(cell: dict[str, Any]) -> None:
     print(f"  {cell['size']} tasks, body {cell['body']}:")
     for kind in ("plain", "steered"):
         ratios = " ".join(f"{r:.2f}" for r in cell["ratios"][kind])
-        print(f"    {kind:8s} median {cell['median'][kind]:.2f}x  rounds {ratios}")
+        low, high = cell["quartiles"][kind]
+        print(
+            f"    {kind:8s} median {cell['median'][kind]:.2f}x (quartiles {low:.2f}-{high:.2f})"
+            f"  rounds {ratios}"
+        )
+    for kind in KINDS:
+        rates = cell["rates"][kind]
+        print(f"    {kind:15s} tasks/s {min(rates):.0f}-{max(rates):.0f}")
     idle = ", ".join(f"{c} {v:.2f}" for c, v in cell["idle_cpu_per_s"].items())
     print(f"    idle CPU s/s (subtracted below): {idle}")
     header = " | ".join(f"{c:>13s}" for c in CLASSES)
@@ -251,7 +283,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000,10000", help="burst sizes, comma-separated")
     parser.add_argument("--bodies", default="noop,5ms", help=f"of {sorted(BODIES)}")
-    parser.add_argument("--rounds", type=int, default=6, help="counted rounds per cell")
+    parser.add_argument("--rounds", type=int, default=10, help="counted rounds per cell")
     parser.add_argument("--warmup", type=int, default=1, help="rounds not counted per cell")
     parser.add_argument("--settle", type=float, default=0.3, help="seconds between kinds")
     parser.add_argument("--mode", default="resize", choices=["resize", "ledger"])

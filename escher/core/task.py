@@ -52,6 +52,11 @@ class TaskState(enum.Enum):
     FAILED = "failed"
     CANCELLED = "cancelled"
 
+    # Members are singletons compared by identity: hash them by identity too (in C), not by
+    # Enum's Python-level hash of the name (a handle asks `state in _FINAL_STATES` several
+    # times per task: 0.5 -> 0.13 us a look-up).
+    __hash__ = object.__hash__
+
     @property
     def final(self) -> bool:
         """True once the task will not change state again."""

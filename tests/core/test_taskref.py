@@ -98,3 +98,16 @@ def test_a_forked_child_gets_handle_locks_of_its_own() -> None:
     finally:
         for lock in held:
             lock.release()
+
+
+def test_task_states_hash_by_identity_and_survive_a_round_trip() -> None:
+    import pickle
+
+    from escher.core.task import TaskState
+
+    states = {state: state.value for state in TaskState}
+    for state in TaskState:
+        again = pickle.loads(pickle.dumps(state))
+        assert again is state and states[again] == state.value
+        assert TaskState(state.value) is state
+        assert state.final == (state in {TaskState.FINISHED, TaskState.FAILED, TaskState.CANCELLED})

@@ -7,11 +7,12 @@ of them).
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from escher.core.resources import Resources
-from escher.core.task import TaskRef, TaskSpec
+from escher.core.task import Status, TaskRef, TaskSpec
 
 
 @dataclass(frozen=True)
@@ -40,15 +41,23 @@ class GangHook(Protocol):
         """Cancel every member if the gang was not placed yet; True if it was not."""
 
 
-@dataclass(eq=False, slots=True)
-class Entry:
-    """One launched task, tracked until it settles.
+class Entry(TaskRef):
+    """One launched task, tracked until it settles: its handle and the table's record in
+    one object (a separate record per handle was one more object per waiting task for
+    Python's cyclic collector, and one more registry to keep in step).
 
-    Attributes:
-        ref: Its handle.
+    Args:
+        spec: What it runs.
         request: Its request split for Ray.
         options: Ray options of every attempt (without a scheduling strategy); shared by
             the entries of one request: never changed.
+        key: The first attempt's key in this process's task table.
+        canceller: `TaskRef.cancel` of this handle (the table's).
+        status: Its first status (None: the status every handle starts with).
+
+    Attributes:
+        request: Its request split for Ray.
+        options: Ray options of every attempt (shared; never changed).
         key: The current attempt's key in this process's task table (``<n>.<retry>``).
         object_ref: Ray's ObjectRef of the current attempt, once submitted.
         task_id: Ray's task id (hex) of the current attempt while it is with Ray: its name
@@ -61,20 +70,45 @@ class Entry:
         where: The node Ray last reported it on (for errors and `describe_task`).
     """
 
-    ref: TaskRef
-    request: SplitRequest
-    options: dict[str, Any]
-    key: str = ""
-    object_ref: Any = None
-    task_id: str = ""
-    cancel_marked: bool = False
-    submitting: threading.Lock = field(default_factory=threading.Lock)
-    node: str | None = None
-    gang: GangHook | None = None
-    strategy: Any = None
-    where: str | None = None
+    __slots__ = (
+        "cancel_marked",
+        "gang",
+        "key",
+        "node",
+        "object_ref",
+        "options",
+        "request",
+        "strategy",
+        "submitting",
+        "task_id",
+        "where",
+    )
+
+    def __init__(
+        self,
+        spec: TaskSpec,
+        request: SplitRequest,
+        options: dict[str, Any],
+        key: str,
+        canceller: Callable[[TaskRef], bool] | None = None,
+        status: Status | None = None,
+    ) -> None:
+        super().__init__(spec, canceller=canceller)
+        if status is not None:
+            self._status = status  # not shared yet: no lock needed
+        self.request = request
+        self.options = options
+        self.key = key
+        self.object_ref: Any = None
+        self.task_id = ""
+        self.cancel_marked = False
+        self.submitting = threading.Lock()
+        self.node: str | None = None
+        self.gang: GangHook | None = None
+        self.strategy: Any = None
+        self.where: str | None = None
 
     @property
-    def spec(self) -> TaskSpec:
-        """The task's spec."""
-        return self.ref.spec
+    def ref(self) -> Entry:
+        """Its handle: the entry itself (what users hold and wait on)."""
+        return self

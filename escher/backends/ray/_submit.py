@@ -3,7 +3,8 @@
 From its second launch on, a function gets a remote function of its own with the function
 bound (`bound_runner`: Ray ships it once, not with every task); other functions go through
 the generic runner `run_task`. The Ray options of a request are computed once per request
-object, and ``remote.options(...)`` once per (remote function, strategy, options, name).
+object, and ``remote.options(...)`` once per (remote function, strategy, options, name); a
+launch with Ray's default placement finds that object in one look-up by function.
 Every attempt has Ray's own retries off: escher alone decides retries.
 """
 
@@ -20,6 +21,8 @@ from escher.backends.ray._store import EphemeralStore
 
 #: Functions with a remote function of their own, at most (others take the generic runner).
 MAX_BOUND = 256
+#: Ray options objects kept for the default placement, at most (emptied when full).
+MAX_READY = 1024
 #: Ray options every attempt gets: escher alone decides retries.
 NO_RAY_RETRIES: dict[str, Any] = {"max_retries": 0, "retry_exceptions": False}
 
@@ -44,6 +47,9 @@ class Submitter:
         # fn -> its bound remote functions [without arguments, with arguments], made as needed
         self._bound: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()
         self._bind_lock = threading.Lock()
+        # (fn, with arguments, id(options), name) -> (options, Ray options object): the
+        # bound functions' launches with Ray's default placement
+        self._ready: dict[tuple[Any, ...], tuple[dict[str, Any], Any]] = {}
 
     def options_of(self, request: SplitRequest) -> dict[str, Any]:
         """The Ray options of every attempt of a task with `request` (one dict per request
@@ -65,8 +71,24 @@ class Submitter:
         """Submit the current attempt of `entry` to Ray; its ObjectRef."""
         spec = entry.spec
         with_args = bool(spec.args or spec.kwargs)
+        if strategy is None:
+            # Ray's default placement of a bound function: one look-up of the Ray options
+            # object made for (function, arguments or not, request's options, name).
+            try:
+                ready = self._ready.get((spec.fn, with_args, id(entry.options), spec.name))
+            except TypeError:  # an unhashable callable: never bound
+                ready = None
+            if ready is not None:
+                if with_args:
+                    return ready[1].remote(spec.args, dict(spec.kwargs))
+                return ready[1].remote()
         remote, bound = self._remote_for(spec.fn, with_args)
         options = self._options(remote, entry, strategy)
+        if bound and strategy is None:
+            if len(self._ready) >= MAX_READY:
+                self._ready.clear()
+            key = (spec.fn, with_args, id(entry.options), spec.name)
+            self._ready[key] = (entry.options, options)  # keeps the options: the id stays valid
         if not bound:
             return options.remote(self._config, spec.fn, spec.args, dict(spec.kwargs))
         if with_args:

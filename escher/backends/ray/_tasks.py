@@ -94,8 +94,7 @@ class TaskTable:
         )
         self._seq = itertools.count(1)
         self._lock = threading.RLock()
-        self._by_key: dict[str, Entry] = {}
-        self._by_ref: dict[int, Entry] = {}  # id(handle) -> its live entry
+        self._by_key: dict[str, Entry] = {}  # the current attempt's key -> its live entry
         # One bound method for every handle (a closure per handle would tie each handle and
         # its entry in a cycle that only Python's cyclic collector frees).
         self._cancel_handle = self._cancel_ref
@@ -108,15 +107,27 @@ class TaskTable:
     # --- entries -----------------------------------------------------------------------
     def new_entry(self, spec: TaskSpec, request: SplitRequest) -> Entry:
         """A tracked entry (and its handle) for `spec`; not submitted yet."""
+        return self.new_entry_with(spec, request, self._submitter.options_of(request))
+
+    def new_entry_with(
+        self,
+        spec: TaskSpec,
+        request: SplitRequest,
+        options: dict[str, Any],
+        status: Status | None = None,
+    ) -> Entry:
+        """`new_entry` with the Ray options of `request` known (`options_of`) and, if
+        given, the handle's first status."""
         key = f"{next(self._seq)}.0"
-        ref = TaskRef(spec, canceller=self._cancel_handle)
-        entry = Entry(
-            ref=ref, request=request, options=self._submitter.options_of(request), key=key
-        )
+        entry = Entry(spec, request, options, key, self._cancel_handle, status)
         with self._lock:
             self._by_key[key] = entry
-            self._by_ref[id(ref)] = entry
         return entry
+
+    def options_of(self, request: SplitRequest) -> dict[str, Any]:
+        """The Ray options of every attempt of a task with `request` (one dict per request
+        object)."""
+        return self._submitter.options_of(request)
 
     def _cancel_ref(self, ref: TaskRef) -> bool:
         """`TaskRef.cancel` of the handles this table made."""
@@ -131,10 +142,11 @@ class TaskTable:
             return list(self._by_key.values())
 
     def entry_of(self, ref: TaskRef) -> Entry | None:
-        """The live entry of `ref`, if any."""
+        """The live entry of `ref` (the handle is the entry), if this table tracks it."""
+        if not isinstance(ref, Entry):
+            return None
         with self._lock:
-            entry = self._by_ref.get(id(ref))
-        return entry if entry is not None and entry.ref is ref else None
+            return ref if self._by_key.get(ref.key) is ref else None
 
     # --- submitting --------------------------------------------------------------------
     def start(self, entry: Entry) -> None:
@@ -152,21 +164,30 @@ class TaskTable:
         dead = self._watch.dead()
         if dead and getattr(strategy, "soft", False) and getattr(strategy, "node_id", "") in dead:
             strategy = None  # a placement hint to a node that died
-        with entry.submitting:  # a cancel waits until the attempt has its Ray task id
-            if entry.ref.done():  # cancelled before it was submitted
+        # A cancel waits until the attempt has its Ray task id. A settle here (and the
+        # handle's callbacks) comes after the lock is let go.
+        refused: Exception | None = None
+        with entry.submitting:
+            if entry.done():  # cancelled before it was submitted
+                object_ref = None
+            else:
+                try:
+                    object_ref = self._submitter.call(entry, strategy)
+                except Exception as exc:
+                    object_ref, refused = None, exc
+                else:
+                    entry.object_ref = object_ref
+                    entry.task_id = object_ref.task_id().hex()
+                    with self._lock:
+                        self._by_task_id[entry.task_id] = entry
+        if object_ref is None:
+            if refused is None:
                 self._drop(entry)
-                return
-            try:
-                object_ref = self._submitter.call(entry, strategy)
-            except Exception as exc:
-                error = task_error(f"Ray refused it: {exc}", entry.ref, TaskFailedError)
-                error.__cause__ = exc
+            else:
+                error = task_error(f"Ray refused it: {refused}", entry, TaskFailedError)
+                error.__cause__ = refused
                 self._finish(entry, error=error)
-                return
-            entry.object_ref = object_ref
-            entry.task_id = object_ref.task_id().hex()
-            with self._lock:
-                self._by_task_id[entry.task_id] = entry
+            return
         self._waiter.add(object_ref, entry.key)
         self._ensure_threads()
 
@@ -335,7 +356,6 @@ class TaskTable:
             live = self._by_key.get(entry.key) is entry
             if live:
                 del self._by_key[entry.key]
-                self._by_ref.pop(id(entry.ref), None)
                 self._forget_attempt(entry)
             if cancelled:
                 entry.ref.set_cancelled()

@@ -6,13 +6,14 @@ import contextlib
 import functools
 import threading
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from escher.backends import checked_options
 from escher.backends.base import Backend, Capability, GarbageReport
 from escher.backends.ray._config import WorkerConfig
 from escher.backends.ray._control import ControlActor, actor_options, head_node_id
-from escher.backends.ray._entry import Entry
+from escher.backends.ray._entry import Entry, SplitRequest
 from escher.backends.ray._gang import Gang, bundle_selector_supported
 from escher.backends.ray._gangfit import gang_unfit_reason
 from escher.backends.ray._garbage import LeaseKeeper, collect
@@ -161,6 +162,7 @@ class RayBackend(Backend):
         self._closed = False
         self._cache = NodeCache(config.prefix)
         self._splitter = RequestSplitter(self._cache)
+        self._plans: dict[int, LaunchPlan] = {}  # id(request) -> its launch plan
         self._control_handle: Any = None
         self._store = self._make_store(config, timeout)
         self._agents = NodeAgents(config.prefix, config.namespace, timeout)
@@ -387,19 +389,53 @@ class RayBackend(Backend):
                 "the ray backend runs Python callables; container tasks need the kubernetes "
                 "backend."
             )
-        request = self._splitter.split(spec.resources)
-        entry = self._table.new_entry(spec, request)
-        reason = self._splitter.infeasible_reason(request)
-        if reason is not None:
-            entry.ref.set_status(Status(StatusCode.INFEASIBLE, reason))
-            self._table.fail_unsubmitted(entry, task_error(reason, entry.ref, UnschedulableError))
-            return entry.ref
-        if not request.labels:
-            entry.ref.set_status(_QUEUED)
-        elif self.mode == "resize":
-            entry.ref.set_status(_queued_for(tuple(request.labels.items())))
+        plan = self._plan_of(spec.resources)
+        if plan is None:
+            generation = self._cache.generation  # the view the split starts from
+            request = self._splitter.split(spec.resources)
+            entry = self._table.new_entry(spec, request)
+            reason = self._splitter.infeasible_reason(request)
+            if reason is not None:
+                entry.set_status(Status(StatusCode.INFEASIBLE, reason))
+                self._table.fail_unsubmitted(entry, task_error(reason, entry, UnschedulableError))
+                return entry
+            entry.set_status(self._remember_plan(spec.resources, request, generation).status)
+        else:
+            entry = self._table.new_entry_with(spec, plan.request, plan.options, plan.status)
         self._table.start(entry)
-        return entry.ref
+        return entry
+
+    def _plan_of(self, resources: Resources) -> LaunchPlan | None:
+        """What every launch of `resources` shares, if known for the current node view (a
+        stale view is re-read behind, as a split does)."""
+        self._cache.physical()
+        plan = self._plans.get(id(resources))
+        if plan is None or plan.resources is not resources:
+            return None
+        return plan if plan.generation == self._cache.generation else None
+
+    def _remember_plan(
+        self, resources: Resources, request: SplitRequest, generation: int
+    ) -> LaunchPlan:
+        """The plan of a feasible request just split from node view `generation` (kept
+        while the view stays that one)."""
+        if not request.labels:
+            status = _QUEUED
+        elif self.mode == "resize":
+            status = _queued_for(tuple(request.labels.items()))
+        else:
+            status = _PENDING  # ledger mode: the store says what it waits for
+        plan = LaunchPlan(
+            resources=resources,
+            request=request,
+            options=self._table.options_of(request),
+            status=status,
+            generation=generation,
+        )
+        if len(self._plans) >= _MAX_PLANS:
+            self._plans.clear()
+        self._plans[id(resources)] = plan  # the plan keeps `resources`: the id stays valid
+        return plan
 
     def _launch_gang(self, specs: list[TaskSpec]) -> list[TaskRef]:
         self._check_open()
@@ -525,6 +561,31 @@ class RayBackend(Backend):
 
 #: The status of a task without labels handed to Ray.
 _QUEUED = Status(StatusCode.PENDING, "queued in Ray's scheduler")
+#: The status of a task not handed to Ray yet.
+_PENDING = Status(StatusCode.PENDING)
+#: Launch plans kept at most (emptied when full).
+_MAX_PLANS = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchPlan:
+    """What every launch of one request shares while the node view stays the same: its
+    split, its Ray options, that it is feasible, and the status it starts with (so a launch
+    of a request seen before neither splits nor checks it again).
+
+    Attributes:
+        resources: The request (kept, so that its id names it while the plan lives).
+        request: Its split for Ray.
+        options: The Ray options of every attempt.
+        status: The handle's first status.
+        generation: The node view (`NodeCache.generation`) it was made for.
+    """
+
+    resources: Resources
+    request: SplitRequest
+    options: dict[str, Any]
+    status: Status
+    generation: int
 
 
 @functools.lru_cache(maxsize=1024)

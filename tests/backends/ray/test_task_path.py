@@ -17,6 +17,7 @@ from escher.backends.ray import _shrink, _waiter
 from escher.backends.ray._starts import MAX_SYNC_PERIOD, SYNC_PERIOD, look_period
 from escher.backends.ray._state import NodeCache, kv_client
 from escher.backends.ray._waiter import Waiter, window
+from escher.core.task import TaskRef
 
 pytestmark = pytest.mark.ray
 
@@ -207,3 +208,92 @@ def test_a_stale_node_view_is_refreshed_behind_the_caller(ray_cluster: Any) -> N
     assert cache.generation == 2 and refreshed_by and called not in refreshed_by
     assert cache.physical() == first  # same nodes, read again
     assert cache.physical(fresh=True) == first and refreshed_by[-1] == called
+
+
+# --- the launch path: one object per task, plans and Ray options made once -----------------
+def _one() -> int:
+    return 1
+
+
+class _Unhashable:
+    """A callable with value equality and no hash (dicts and weak dicts refuse it)."""
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Unhashable)
+
+    def __call__(self) -> int:
+        return 7
+
+
+@pytest.mark.parametrize("mode", ["resize", "ledger"])
+def test_a_launched_handle_is_the_tables_entry_until_it_settles(
+    ray_cluster: Any, mode: str
+) -> None:
+    import escher
+    from escher.backends.ray._entry import Entry
+    from tests.support.ray_cluster import make_backend
+
+    backend = make_backend(ray_cluster, mode=mode)
+    try:
+        with escher.init(backend):
+            refs = [escher.launch(_one, resources={"CPU": 0.5}) for _ in range(20)]
+            for ref in refs:
+                assert isinstance(ref, Entry) and ref.ref is ref
+                assert backend._table.entry_of(ref) in (ref, None)  # None: settled already
+            assert escher.get(refs, timeout=WAIT) == [1] * 20
+            assert all(backend._table.entry_of(ref) is None for ref in refs)
+            assert backend._table.entry_of(TaskRef(refs[0].spec)) is None
+            assert not backend._table.live()
+    finally:
+        backend.close()
+
+
+def test_a_request_seen_before_reuses_its_plan_until_the_node_view_changes(
+    ray_cluster: Any,
+) -> None:
+    import escher
+    from escher.core.errors import UnschedulableError
+    from tests.support.ray_cluster import make_backend
+
+    backend = make_backend(ray_cluster)
+    try:
+        with escher.init(backend):
+            request = {"CPU": 0.5}
+            first = escher.launch(_one, resources=request)
+            plan = next(iter(backend._plans.values()))
+            second = escher.launch(_one, resources=dict(request))  # an equal, new dict
+            assert backend._plans[id(second.spec.resources)] is plan
+            assert second.request is first.request and second.options is first.options
+            assert str(second.status).startswith("pending") and escher.get(second) == 1
+            backend._cache.refresh()  # a new node view: the next launch splits again
+            third = escher.launch(_one, resources=request)
+            assert backend._plans[id(third.spec.resources)] is not plan
+            assert escher.get([first, third], timeout=WAIT) == [1, 1]
+            for _ in range(2):  # an infeasible request is never kept: refused each time
+                ref = escher.launch(_one, resources={"CPU": 0.5, "GPU": 64})
+                with pytest.raises(UnschedulableError):
+                    escher.get(ref, timeout=WAIT)
+                assert ref.status.code.value == "infeasible"
+    finally:
+        backend.close()
+
+
+def test_functions_without_a_hash_and_changing_names_launch_alike(ray_cluster: Any) -> None:
+    import escher
+    from tests.support.ray_cluster import make_backend
+
+    backend = make_backend(ray_cluster)
+    try:
+        with escher.init(backend):
+            fn = _Unhashable()
+            refs = [escher.launch(fn, resources={"CPU": 0.5}) for _ in range(3)]
+            named = [
+                escher.launch(_value, i, resources={"CPU": 0.5}, name=f"n{i % 2}") for i in range(4)
+            ]
+            assert escher.get(refs, timeout=WAIT) == [7, 7, 7]
+            assert escher.get(named, timeout=WAIT) == [1, 2, 3, 4]
+            assert [ref.name for ref in named] == ["n0", "n1", "n0", "n1"]
+    finally:
+        backend.close()
