@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from escher.verify.check import Placement
+from escher.verify.engines._tabucol import Tabucol
 from escher.verify.model import Problem
 
 #: The python-sat solver of the 0/1 model: Glucose 4 stops when interrupted (CaDiCaL 1.9
@@ -673,11 +674,6 @@ def clique_statements(p: Problem, g: Graph, clique: list[int]) -> set[str]:
 #: Share of a Tabucol try with capacities that the search without them may take first.
 PLAIN_SHARE = 0.7
 
-#: Steps a vertex may not go back to the node it left: TABU_FACTOR x the conflicting
-#: vertices plus a random 0..TABU_RANDOM-1 (Galinier and Hao's tenure).
-TABU_FACTOR = 0.6
-TABU_RANDOM = 10
-
 
 def tabu_colour(
     p: Problem,
@@ -708,20 +704,15 @@ def tabu_colour(
     until = deadline
     if rows:
         until = time.monotonic() + max(0.0, deadline - time.monotonic()) * PLAIN_SHARE
-    tabu = _Tabu(g, nodes, len(p.node_ids), seed, start)
-    while not tabu.solved():
-        if tabu.step & 255 == 0 and (
-            time.monotonic() > until or (stop is not None and stop.is_set())
-        ):
-            if not rows or (stop is not None and stop.is_set()):
-                return None
-            break
-        tabu.move()
+    adj = [sorted(a) for a in g.adj]
+    tabu = Tabucol(adj, nodes, len(p.node_ids), seed, start)
+    solved = tabu.run(until, stop)
     if not rows:
-        return _placement(p, g, tabu.col)
+        return _placement(p, g, tabu.col) if solved else None
+    if stop is not None and stop.is_set():
+        return None
     from escher.verify.engines._swap_tabu import swap_tabu
 
-    adj = [sorted(a) for a in g.adj]
     loads, caps = [r.load for r in rows], [r.cap for r in rows]
     got = swap_tabu(adj, nodes, len(p.node_ids), loads, caps, deadline, stop, seed, tabu.col)
     return None if got is None else _placement(p, g, got)
@@ -768,83 +759,6 @@ def capacity_rows(p: Problem, g: Graph) -> list[CapacityRow]:
             CapacityRow([q / unit for q in load], [None if c is None else c / unit for c in caps])
         )
     return rows
-
-
-class _Tabu:
-    """The state of a Tabucol run: a node per copy, and per copy and node how many
-    neighbours are there."""
-
-    def __init__(
-        self,
-        g: Graph,
-        nodes: list[list[int]],
-        n_nodes: int,
-        seed: int,
-        start: list[int] | None = None,
-    ) -> None:
-        import random
-
-        self.rng = random.Random(seed)
-        self.nodes = nodes
-        self.adj = [list(a) for a in g.adj]
-        self.col = list(start) if start is not None else [self.rng.choice(ns) for ns in nodes]
-        self.gamma = [[0] * n_nodes for _ in nodes]
-        for v, near in enumerate(self.adj):
-            for u in near:
-                self.gamma[v][self.col[u]] += 1
-        self.bad = {v for v in range(len(nodes)) if self.gamma[v][self.col[v]]}
-        self.tabu: dict[tuple[int, int], int] = {}
-        self.step = 0
-        self.conflicts = sum(self.gamma[v][self.col[v]] for v in range(len(nodes))) // 2
-        self.fewest = self.conflicts
-
-    def solved(self) -> bool:
-        """No conflict left."""
-        return not self.bad
-
-    def move(self) -> None:
-        self.step += 1
-        best, moves = self._best_moves()
-        if best is None:
-            return
-        v, c = self.rng.choice(moves)
-        old = self.col[v]
-        self.tabu[(v, old)] = (
-            self.step + int(TABU_FACTOR * len(self.bad)) + self.rng.randrange(TABU_RANDOM)
-        )
-        self.col[v] = c
-        self.conflicts += self.gamma[v][c] - self.gamma[v][old]
-        self.fewest = min(self.fewest, self.conflicts)
-        gamma, col, bad = self.gamma, self.col, self.bad
-        for u in self.adj[v]:
-            gamma[u][old] -= 1
-            gamma[u][c] += 1
-            if gamma[u][col[u]]:
-                bad.add(u)
-            else:
-                bad.discard(u)
-        if gamma[v][c]:
-            bad.add(v)
-        else:
-            bad.discard(v)
-
-    def _best_moves(self) -> tuple[int | None, list[tuple[int, int]]]:
-        best: int | None = None
-        moves: list[tuple[int, int]] = []
-        step, tabu, floor = self.step, self.tabu, self.fewest - self.conflicts
-        for v in self.bad:
-            gv, cv = self.gamma[v], self.col[v]
-            for c in self.nodes[v]:
-                if c == cv:
-                    continue
-                delta = gv[c] - gv[cv]
-                if delta >= floor and tabu.get((v, c), 0) > step:
-                    continue  # tabu, unless it gives the fewest conflicts yet
-                if best is None or delta < best:
-                    best, moves = delta, [(v, c)]
-                elif delta == best:
-                    moves.append((v, c))
-        return best, moves
 
 
 #: Seconds Tabucol may take after belief propagation, at least, and per second the beliefs
