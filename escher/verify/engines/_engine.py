@@ -88,8 +88,8 @@ GRAPH_ONLY_COPIES = 500
 #: machine) rather than half of the local search's core on a loaded one.
 SAT_NICE = 10
 
-#: Share of the time left that DSatur may use, and the seconds of the first try of Tabucol
-#: (each next try doubles them): it colours the planted 120-task colourings of the bench in
+#: Share of the time left that DSatur may use, and the CPU seconds of the first try of
+#: Tabucol (each next try doubles them): it colours the planted 120-task colourings of the bench in
 #: under 0.1 s, belief propagation + Tabucol the 1,000-task ones above the threshold in
 #: 0.1-0.7 s of CPU per start; below it (4,000 pairs on 4 nodes: the beliefs find no
 #: planted colouring) Tabucol needs 40,000-300,000 steps, 1-6 s, and tries of 0.5 s were
@@ -278,9 +278,10 @@ def _sat_answer(run: _Run, answer: tuple[str, Any] | None) -> Decision | None:
 def _local_search(run: _Run, g: Any, until: float, stop: threading.Event) -> Decision | None:
     """Colourings by local search until `until` or `stop`: per seed, belief propagation
     then Tabucol from its colouring (planted colourings of 1,000 tasks in a fraction of a
-    second), then Tabucol from a random start. Each Tabucol try may take twice as long as
-    the one before (`TABU_SECONDS` the first; after the beliefs, at least as long as they
-    took), so a loaded machine slows the search, not stops it."""
+    second), then Tabucol from a random start. Each Tabucol try may take twice as much CPU
+    time as the one before (`TABU_SECONDS` the first; after the beliefs, at least as much
+    as they took): budgets in CPU seconds, so a loaded machine slows the search, and cuts
+    no try short."""
     from escher.verify.engines import _graph
 
     seed = 0
@@ -309,10 +310,11 @@ def _local_search(run: _Run, g: Any, until: float, stop: threading.Event) -> Dec
 def _tabu_try(
     run: _Run, g: Any, until: float, stop: threading.Event, seed: int, seconds: float
 ) -> Placement | None:
-    """Tabucol from a random start for at most `seconds` (and not past `until`)."""
+    """Tabucol from a random start for at most `seconds` of this thread's CPU time (and not
+    past `until`)."""
     from escher.verify.engines import _graph
 
-    return _graph.tabu_colour(run.p, g, min(until, time.monotonic() + seconds), stop, seed)
+    return _graph.tabu_colour(run.p, g, until, stop, seed, seconds=seconds)
 
 
 def _around(run: _Run, fixed: Placement | None, method: str) -> Decision | None:

@@ -682,6 +682,7 @@ def tabu_colour(
     stop: threading.Event | None = None,
     seed: int = 0,
     start: list[int] | None = None,
+    seconds: float | None = None,
 ) -> Placement | None:
     """Tabucol (Hertz and de Werra; Galinier and Hao's tenure): a local search over
     colourings (nodes) that moves one conflicting copy at a time to the node with the fewest
@@ -693,20 +694,26 @@ def tabu_colour(
     `_swap_tabu`'s search: overfill counts as conflicts, and copies of equal loads may also
     trade nodes, so a colouring is found whose classes also fit (an equitable colouring
     when the nodes hold exactly their share; from a colouring with a few copies too many on
-    a node, a dozen swaps). The caller checks the placement. None at `deadline`
-    or once `stop` is set. `start`: a node per vertex to begin from (else random)."""
+    a node, a dozen swaps). The caller checks the placement. None at `deadline`, after
+    `seconds` of this thread's CPU time (a try's budget: on a loaded machine a try of
+    wall-clock seconds got a tenth of them), or once `stop` is set. `start`: a node per
+    vertex to begin from (else random)."""
     nodes = [sorted(_nodes_of(p, g.item[v])) for v in range(len(g.item))]
     if any(not ns for ns in nodes):
         return None
     rows = capacity_rows(p, g)
     # with capacities, the plain search first (20x faster a step) for at most a share of
     # the time: the classes of a colouring it finds are then evened out in a few swaps
-    until = deadline
-    if rows:
+    until, cpu0 = deadline, time.thread_time()
+    cpu_until = None if seconds is None else cpu0 + seconds
+    plain_until = cpu_until
+    if rows and seconds is not None:
+        plain_until = cpu0 + seconds * PLAIN_SHARE
+    elif rows:
         until = time.monotonic() + max(0.0, deadline - time.monotonic()) * PLAIN_SHARE
     adj = [sorted(a) for a in g.adj]
     tabu = Tabucol(adj, nodes, len(p.node_ids), seed, start)
-    solved = tabu.run(until, stop)
+    solved = tabu.run(until, stop, plain_until)
     if not rows:
         return _placement(p, g, tabu.col) if solved else None
     if stop is not None and stop.is_set():
@@ -714,7 +721,9 @@ def tabu_colour(
     from escher.verify.engines._swap_tabu import swap_tabu
 
     loads, caps = [r.load for r in rows], [r.cap for r in rows]
-    got = swap_tabu(adj, nodes, len(p.node_ids), loads, caps, deadline, stop, seed, tabu.col)
+    got = swap_tabu(
+        adj, nodes, len(p.node_ids), loads, caps, deadline, stop, seed, tabu.col, cpu_until
+    )
     return None if got is None else _placement(p, g, got)
 
 
@@ -778,20 +787,19 @@ def propagated_colour(
     tabu_seconds: float = 0.0,
 ) -> Placement | None:
     """Belief propagation's colouring (`_propagation`), then Tabucol from it to remove the
-    conflicts and overfilled nodes left (for `TABU_AFTER_BELIEFS` seconds, as long as the
-    beliefs took, or `tabu_seconds`, whichever is longest); None when that did not finish,
-    at `deadline`, or once `stop` is set. The caller checks the placement, as with
-    `tabu_colour`."""
+    conflicts and overfilled nodes left (for `TABU_AFTER_BELIEFS` seconds of this thread's
+    CPU time, as long as the beliefs took, or `tabu_seconds`, whichever is longest); None
+    when that did not finish, at `deadline`, or once `stop` is set. The caller checks the
+    placement, as with `tabu_colour`."""
     from escher.verify.engines._propagation import beliefs_colouring
 
     nodes = [sorted(_nodes_of(p, g.item[v])) for v in range(len(g.item))]
     if any(not ns for ns in nodes):
         return None
-    t0 = time.monotonic()
+    t0 = time.thread_time()
     start = beliefs_colouring(list(g.why), nodes, len(p.node_ids), deadline, seed)
     if start is None or (stop is not None and stop.is_set()):
         return None
-    took = time.monotonic() - t0
+    took = time.thread_time() - t0
     tabu = max(TABU_AFTER_BELIEFS, TABU_PER_BELIEF_SECOND * took, tabu_seconds)
-    until = min(deadline, time.monotonic() + tabu)
-    return tabu_colour(p, g, until, stop, seed, start)
+    return tabu_colour(p, g, deadline, stop, seed, start, tabu)

@@ -66,10 +66,15 @@ class Tabucol:
         """No two neighbours share a colour."""
         return not self.bad
 
-    def run(self, deadline: float, stop: threading.Event | None = None) -> bool:
-        """Steps until no conflict is left (True), or `deadline` / `stop` (False)."""
+    def run(
+        self, deadline: float, stop: threading.Event | None = None, cpu: float | None = None
+    ) -> bool:
+        """Steps until no conflict is left (True), or `deadline` (`time.monotonic()`),
+        `stop`, or `cpu` (a `time.thread_time()` value) (False)."""
         while self.bad:
             if (stop is not None and stop.is_set()) or time.monotonic() > deadline:
+                return False
+            if cpu is not None and time.thread_time() > cpu:
                 return False
             self.steps(CLOCK_EVERY)
         return True
