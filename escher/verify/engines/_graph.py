@@ -671,7 +671,11 @@ def clique_statements(p: Problem, g: Graph, clique: list[int]) -> set[str]:
     return core
 
 
-#: Share of a Tabucol try with capacities that the search without them may take first.
+#: Share of a Tabucol try with capacities that the search without them may take first,
+#: when the try is in wall-clock time; a try in CPU seconds gives the plain search all of
+#: them and the swaps at least the rest of this share past them (on col5 seed 13 the plain
+#: search needed 1.0-2.2 s of CPU, and cut at 70% of a 1.5 s try it left the swaps a
+#: colouring with conflicts, which they did not finish; from a proper one they took 0.01 s).
 PLAIN_SHARE = 0.7
 
 
@@ -704,20 +708,21 @@ def tabu_colour(
     rows = capacity_rows(p, g)
     # with capacities, the plain search first (20x faster a step) for at most a share of
     # the time: the classes of a colouring it finds are then evened out in a few swaps
-    until, cpu0 = deadline, time.thread_time()
-    cpu_until = None if seconds is None else cpu0 + seconds
-    plain_until = cpu_until
-    if rows and seconds is not None:
-        plain_until = cpu0 + seconds * PLAIN_SHARE
-    elif rows:
+    until = deadline
+    cpu_until = None if seconds is None else time.thread_time() + seconds
+    if rows and seconds is None:
         until = time.monotonic() + max(0.0, deadline - time.monotonic()) * PLAIN_SHARE
     adj = [sorted(a) for a in g.adj]
     tabu = Tabucol(adj, nodes, len(p.node_ids), seed, start)
-    solved = tabu.run(until, stop, plain_until)
+    solved = tabu.run(until, stop, cpu_until)
     if not rows:
         return _placement(p, g, tabu.col) if solved else None
     if stop is not None and stop.is_set():
         return None
+    if seconds is not None:  # the swaps get what the plain search left, or their share
+        cpu_until = time.thread_time() + max(
+            (cpu_until or 0.0) - time.thread_time(), seconds * (1.0 - PLAIN_SHARE)
+        )
     from escher.verify.engines._swap_tabu import swap_tabu
 
     loads, caps = [r.load for r in rows], [r.cap for r in rows]
