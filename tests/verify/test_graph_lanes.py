@@ -111,3 +111,39 @@ def test_tabucol_stops_at_its_deadline_on_a_graph_it_cannot_colour() -> None:
     assert t.conflicts >= 1 and t.fewest >= 1
     count = sum(t.col[v] == t.col[u] for v, u in itertools.combinations(range(5), 2))
     assert count == t.conflicts
+
+
+@pytest.mark.parametrize(
+    ("tasks", "nodes", "pairs", "seed"), [(1500, 5, 5000, 4), (999, 3, 3000, 5)]
+)
+def test_the_local_search_finds_equitable_colourings_of_other_shapes(
+    tasks: int, nodes: int, pairs: int, seed: int
+) -> None:
+    from escher.verify.engines._graph import propagated_colour, tabu_colour
+    from tests.verify._graphs import built, nodes_of_vertices, proper
+
+    rng = random.Random(seed)
+    hidden = [v % nodes for v in range(tasks)]
+    rng.shuffle(hidden)
+    plan = Plan()
+    for t in range(tasks):
+        plan.add_task(f"e{t}", {"CPU": 1})
+    seen: set[tuple[int, int]] = set()
+    while len(seen) < pairs:
+        a, b = sorted(rng.sample(range(tasks), 2))
+        if hidden[a] != hidden[b]:
+            seen.add((a, b))
+    for a, b in sorted(seen):
+        plan.add_intent(Separated((f"e{a}", f"e{b}")))
+    share = tasks // nodes  # every node holds exactly its class
+    cluster = {"nodes": [{"id": f"n{i}", "total": {"CPU": share}} for i in range(nodes)]}
+    p, g = built((plan, cluster, True))
+    found = None
+    for s in range(4):  # the tries `_local_search` takes, in CPU seconds
+        found = propagated_colour(p, g, time.monotonic() + 300, None, s, 1.5 * 2**s)
+        found = found or tabu_colour(p, g, time.monotonic() + 300, None, s, seconds=1.5 * 2**s)
+        if found is not None:
+            break
+    assert found is not None and proper(g, found)
+    at = nodes_of_vertices(g, found)  # a task in no pair is no vertex: placed later
+    assert all(at.count(n) <= share for n in range(nodes))
