@@ -16,12 +16,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from escher.core.cluster import ClusterState
 from escher.core.plan import Plan
@@ -32,6 +34,9 @@ from escher.verify.engines._dive import find
 from escher.verify.engines._greedy import STRATEGIES, check, classes, greedy
 from escher.verify.engines._search import applicable, search
 from escher.verify.model import Item, Mods, Problem, Timeout, build, type_total
+
+if TYPE_CHECKING:
+    from escher.verify.engines._graph import Graph
 
 _T = TypeVar("_T")
 
@@ -79,8 +84,20 @@ SAT_GRACE = 1.0
 #: Share of the time left that the 0/1 model of a separation graph may use.
 GRAPH_SHARE = 0.5
 
-#: Share of the time left that DSatur may use, and the seconds of the first try of Tabucol
-#: (each next try doubles them): it colours the planted 120-task colourings of the bench in
+#: Copies of a separation graph from which the race starts no Z3 lane when the graph is
+#: the bulk of the problem: Z3 decided colourings of 34-125 tasks in the bench (col-s,
+#: col2, col2-k) and none of 1,000-2,000 (col-l, col2-l, col-m, col3, col4, col5), where
+#: its lane only took a processor from the local search (docs/verify-engines.md).
+GRAPH_ONLY_COPIES = 500
+
+#: Niceness of the 0/1 model's lane: the local search answered first on every 1,000-task
+#: colouring of the bench but col4 (2,000 tasks on 5 nodes, Glucose first in 1.8 s), so
+#: Glucose takes the processor time the local search leaves (a whole core of two on a calm
+#: machine) rather than half of the local search's core on a loaded one.
+SAT_NICE = 10
+
+#: Share of the time left that DSatur may use, and the CPU seconds of the first try of
+#: Tabucol (each next try doubles them): it colours the planted 120-task colourings of the bench in
 #: under 0.1 s, belief propagation + Tabucol the 1,000-task ones above the threshold in
 #: 0.1-0.7 s of CPU per start; below it (4,000 pairs on 4 nodes: the beliefs find no
 #: planted colouring) Tabucol needs 40,000-300,000 steps, 1-6 s, and tries of 0.5 s were
@@ -145,6 +162,15 @@ class _Run:
         return None if self.too_wide else _packing(self.p)
 
     @cached_property
+    def graph(self) -> Graph | None:
+        """The conflict graph of the separations (`_graph.conflict_graph`), or None when
+        the graph engine does not take the problem (built once per decision, before the
+        lanes fork)."""
+        from escher.verify.engines import _graph
+
+        return _graph.conflict_graph(self.p) if _graph.applicable(self.p) else None
+
+    @cached_property
     def too_wide(self) -> bool:
         """The packing engines' table (classes x dimensions) would be too large to build in
         time: 1,000 tasks under 5,000 separated pairs are 5 million cells, and building
@@ -197,16 +223,15 @@ def _greedy_stage(run: _Run) -> Decision | None:
     return None
 
 
-def _graph_stage(run: _Run, share: float = GRAPH_SHARE) -> Decision | None:
+def _graph_stage(run: _Run, share: float = GRAPH_SHARE, exact: bool = True) -> Decision | None:
     """Pairwise separations as a graph: DSatur first (milliseconds), then the local search
-    (`_local_search`: belief propagation and Tabucol) and the exact 0/1 model side by side
-    (the SAT solver releases the GIL): the first definite answer wins and the other is
-    stopped at once."""
+    (`_local_search`: belief propagation and Tabucol) and, with `exact`, the exact 0/1
+    model side by side in a thread (the SAT solver releases the GIL): the first definite
+    answer wins and the other is stopped at once. Without `exact` the local search has
+    the time alone (the race runs the 0/1 model in a lane of its own, `_sat_lane`)."""
     from escher.verify.engines import _graph
 
-    if not _graph.applicable(run.p):
-        return None
-    g = _graph.conflict_graph(run.p)
+    g = run.graph
     if g is None:
         return None
     until = time.monotonic() + max(0.0, run.left()) * TABU_SHARE
@@ -219,6 +244,8 @@ def _graph_stage(run: _Run, share: float = GRAPH_SHARE) -> Decision | None:
     if got is not None:
         return got
     sat_until = time.monotonic() + max(0.0, run.left()) * share
+    if not exact:
+        return _local_search(run, g, min(sat_until, run.deadline), threading.Event())
     stop_sat, stop_tabu = threading.Event(), threading.Event()
     answer: list[tuple[str, Any]] = []
 
@@ -242,7 +269,12 @@ def _graph_stage(run: _Run, share: float = GRAPH_SHARE) -> Decision | None:
         run.times["graph_sat"] = run.times.get("graph_sat", 0.0) + time.perf_counter() - t0
     if got is not None:
         return got
-    status, data = answer[0] if answer else ("unknown", "the SAT solver did not stop in time")
+    return _sat_answer(run, answer[0] if answer else None)
+
+
+def _sat_answer(run: _Run, answer: tuple[str, Any] | None) -> Decision | None:
+    """The decision from the 0/1 model's answer (`_graph.solve`), or a note why none."""
+    status, data = answer or ("unknown", "the SAT solver did not stop in time")
     data = cast(Any, data)
     if status == "unsat":
         return run.infeasible(frozenset(data), "0/1 model (SAT)", _core_cause(run.p, data))
@@ -255,9 +287,10 @@ def _graph_stage(run: _Run, share: float = GRAPH_SHARE) -> Decision | None:
 def _local_search(run: _Run, g: Any, until: float, stop: threading.Event) -> Decision | None:
     """Colourings by local search until `until` or `stop`: per seed, belief propagation
     then Tabucol from its colouring (planted colourings of 1,000 tasks in a fraction of a
-    second), then Tabucol from a random start. Each Tabucol try may take twice as long as
-    the one before (`TABU_SECONDS` the first; after the beliefs, at least as long as they
-    took), so a loaded machine slows the search, not stops it."""
+    second), then Tabucol from a random start. Each Tabucol try may take twice as much CPU
+    time as the one before (`TABU_SECONDS` the first; after the beliefs, at least as much
+    as they took): budgets in CPU seconds, so a loaded machine slows the search, and cuts
+    no try short."""
     from escher.verify.engines import _graph
 
     seed = 0
@@ -286,10 +319,11 @@ def _local_search(run: _Run, g: Any, until: float, stop: threading.Event) -> Dec
 def _tabu_try(
     run: _Run, g: Any, until: float, stop: threading.Event, seed: int, seconds: float
 ) -> Placement | None:
-    """Tabucol from a random start for at most `seconds` (and not past `until`)."""
+    """Tabucol from a random start for at most `seconds` of this thread's CPU time (and not
+    past `until`)."""
     from escher.verify.engines import _graph
 
-    return _graph.tabu_colour(run.p, g, min(until, time.monotonic() + seconds), stop, seed)
+    return _graph.tabu_colour(run.p, g, until, stop, seed, seconds=seconds)
 
 
 def _around(run: _Run, fixed: Placement | None, method: str) -> Decision | None:
@@ -669,8 +703,33 @@ def _graph_applies(run: _Run) -> bool:
 
 @_lane("graph", _graph_applies)
 def _graph_lane(run: _Run) -> Decision | None:
-    """The graph engine in a lane of its own: the whole time left."""
-    return _graph_stage(run, share=1.0)
+    """The graph engine's clique search, DSatur and local search in a lane of its own: the
+    whole time left (the 0/1 model races in `_sat_lane`)."""
+    return _graph_stage(run, share=1.0, exact=False)
+
+
+def _sat_applies(run: _Run) -> bool:
+    return run.graph is not None
+
+
+@_lane("sat", _sat_applies)
+def _sat_lane(run: _Run) -> Decision | None:
+    """The graph engine's exact 0/1 model (Glucose, or Z3's SAT engine) in a lane of its
+    own, at a lower priority (`SAT_NICE`): on the colourings where the local search wins,
+    it takes only the processor time nothing else wants."""
+    from escher.verify.engines import _graph
+
+    g = run.graph
+    if g is None:
+        return None
+    with contextlib.suppress(OSError):
+        os.nice(SAT_NICE)
+    t0 = time.perf_counter()
+    try:
+        answer = _graph.solve(run.p, g, run.deadline, run.memory_mb)
+    finally:
+        run.times["graph_sat"] = time.perf_counter() - t0
+    return _sat_answer(run, answer)
 
 
 @_lane("search", lambda run: run.packing is not None, packing=True)
@@ -705,7 +764,22 @@ def _arcflow_applies(run: _Run) -> bool:
 _lane("arcflow", _arcflow_applies, packing=True)(_arcflow_stage)
 
 
-@_lane("z3", lambda run: True)
+def _z3_applies(run: _Run) -> bool:
+    """Z3 can decide this problem in a race: not where a separation graph of at least
+    `GRAPH_ONLY_COPIES` copies is the bulk of the problem (`graph_bound`)."""
+    return not graph_bound(run)
+
+
+def graph_bound(run: _Run) -> bool:
+    """The separation graph is the hard part: it holds at least `GRAPH_ONLY_COPIES`
+    copies and at least half of all copies."""
+    g = run.graph
+    if g is None or len(g.item) < GRAPH_ONLY_COPIES:
+        return False
+    return 2 * len(g.item) >= sum(it.mult for it in run.p.items)
+
+
+@_lane("z3", _z3_applies)
 def _z3_lane(run: _Run) -> Decision | None:
     """Z3 in a lane of its own: counts per node type, then the model per node."""
     return _relaxed_stage(run) or _exact_stage(run)

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from escher.verify.check import Placement
+from escher.verify.engines._tabucol import Tabucol
 from escher.verify.model import Problem
 
 #: The python-sat solver of the 0/1 model: Glucose 4 stops when interrupted (CaDiCaL 1.9
@@ -670,13 +671,12 @@ def clique_statements(p: Problem, g: Graph, clique: list[int]) -> set[str]:
     return core
 
 
-#: Share of a Tabucol try with capacities that the search without them may take first.
+#: Share of a Tabucol try with capacities that the search without them may take first,
+#: when the try is in wall-clock time; a try in CPU seconds gives the plain search all of
+#: them and the swaps at least the rest of this share past them (on col5 seed 13 the plain
+#: search needed 1.0-2.2 s of CPU, and cut at 70% of a 1.5 s try it left the swaps a
+#: colouring with conflicts, which they did not finish; from a proper one they took 0.01 s).
 PLAIN_SHARE = 0.7
-
-#: Steps a vertex may not go back to the node it left: TABU_FACTOR x the conflicting
-#: vertices plus a random 0..TABU_RANDOM-1 (Galinier and Hao's tenure).
-TABU_FACTOR = 0.6
-TABU_RANDOM = 10
 
 
 def tabu_colour(
@@ -686,6 +686,7 @@ def tabu_colour(
     stop: threading.Event | None = None,
     seed: int = 0,
     start: list[int] | None = None,
+    seconds: float | None = None,
 ) -> Placement | None:
     """Tabucol (Hertz and de Werra; Galinier and Hao's tenure): a local search over
     colourings (nodes) that moves one conflicting copy at a time to the node with the fewest
@@ -697,8 +698,10 @@ def tabu_colour(
     `_swap_tabu`'s search: overfill counts as conflicts, and copies of equal loads may also
     trade nodes, so a colouring is found whose classes also fit (an equitable colouring
     when the nodes hold exactly their share; from a colouring with a few copies too many on
-    a node, a dozen swaps). The caller checks the placement. None at `deadline`
-    or once `stop` is set. `start`: a node per vertex to begin from (else random)."""
+    a node, a dozen swaps). The caller checks the placement. None at `deadline`, after
+    `seconds` of this thread's CPU time (a try's budget: on a loaded machine a try of
+    wall-clock seconds got a tenth of them), or once `stop` is set. `start`: a node per
+    vertex to begin from (else random)."""
     nodes = [sorted(_nodes_of(p, g.item[v])) for v in range(len(g.item))]
     if any(not ns for ns in nodes):
         return None
@@ -706,24 +709,26 @@ def tabu_colour(
     # with capacities, the plain search first (20x faster a step) for at most a share of
     # the time: the classes of a colouring it finds are then evened out in a few swaps
     until = deadline
-    if rows:
+    cpu_until = None if seconds is None else time.thread_time() + seconds
+    if rows and seconds is None:
         until = time.monotonic() + max(0.0, deadline - time.monotonic()) * PLAIN_SHARE
-    tabu = _Tabu(g, nodes, len(p.node_ids), seed, start)
-    while not tabu.solved():
-        if tabu.step & 255 == 0 and (
-            time.monotonic() > until or (stop is not None and stop.is_set())
-        ):
-            if not rows or (stop is not None and stop.is_set()):
-                return None
-            break
-        tabu.move()
+    adj = [sorted(a) for a in g.adj]
+    tabu = Tabucol(adj, nodes, len(p.node_ids), seed, start)
+    solved = tabu.run(until, stop, cpu_until)
     if not rows:
-        return _placement(p, g, tabu.col)
+        return _placement(p, g, tabu.col) if solved else None
+    if stop is not None and stop.is_set():
+        return None
+    if seconds is not None:  # the swaps get what the plain search left, or their share
+        cpu_until = time.thread_time() + max(
+            (cpu_until or 0.0) - time.thread_time(), seconds * (1.0 - PLAIN_SHARE)
+        )
     from escher.verify.engines._swap_tabu import swap_tabu
 
-    adj = [sorted(a) for a in g.adj]
     loads, caps = [r.load for r in rows], [r.cap for r in rows]
-    got = swap_tabu(adj, nodes, len(p.node_ids), loads, caps, deadline, stop, seed, tabu.col)
+    got = swap_tabu(
+        adj, nodes, len(p.node_ids), loads, caps, deadline, stop, seed, tabu.col, cpu_until
+    )
     return None if got is None else _placement(p, g, got)
 
 
@@ -770,83 +775,6 @@ def capacity_rows(p: Problem, g: Graph) -> list[CapacityRow]:
     return rows
 
 
-class _Tabu:
-    """The state of a Tabucol run: a node per copy, and per copy and node how many
-    neighbours are there."""
-
-    def __init__(
-        self,
-        g: Graph,
-        nodes: list[list[int]],
-        n_nodes: int,
-        seed: int,
-        start: list[int] | None = None,
-    ) -> None:
-        import random
-
-        self.rng = random.Random(seed)
-        self.nodes = nodes
-        self.adj = [list(a) for a in g.adj]
-        self.col = list(start) if start is not None else [self.rng.choice(ns) for ns in nodes]
-        self.gamma = [[0] * n_nodes for _ in nodes]
-        for v, near in enumerate(self.adj):
-            for u in near:
-                self.gamma[v][self.col[u]] += 1
-        self.bad = {v for v in range(len(nodes)) if self.gamma[v][self.col[v]]}
-        self.tabu: dict[tuple[int, int], int] = {}
-        self.step = 0
-        self.conflicts = sum(self.gamma[v][self.col[v]] for v in range(len(nodes))) // 2
-        self.fewest = self.conflicts
-
-    def solved(self) -> bool:
-        """No conflict left."""
-        return not self.bad
-
-    def move(self) -> None:
-        self.step += 1
-        best, moves = self._best_moves()
-        if best is None:
-            return
-        v, c = self.rng.choice(moves)
-        old = self.col[v]
-        self.tabu[(v, old)] = (
-            self.step + int(TABU_FACTOR * len(self.bad)) + self.rng.randrange(TABU_RANDOM)
-        )
-        self.col[v] = c
-        self.conflicts += self.gamma[v][c] - self.gamma[v][old]
-        self.fewest = min(self.fewest, self.conflicts)
-        gamma, col, bad = self.gamma, self.col, self.bad
-        for u in self.adj[v]:
-            gamma[u][old] -= 1
-            gamma[u][c] += 1
-            if gamma[u][col[u]]:
-                bad.add(u)
-            else:
-                bad.discard(u)
-        if gamma[v][c]:
-            bad.add(v)
-        else:
-            bad.discard(v)
-
-    def _best_moves(self) -> tuple[int | None, list[tuple[int, int]]]:
-        best: int | None = None
-        moves: list[tuple[int, int]] = []
-        step, tabu, floor = self.step, self.tabu, self.fewest - self.conflicts
-        for v in self.bad:
-            gv, cv = self.gamma[v], self.col[v]
-            for c in self.nodes[v]:
-                if c == cv:
-                    continue
-                delta = gv[c] - gv[cv]
-                if delta >= floor and tabu.get((v, c), 0) > step:
-                    continue  # tabu, unless it gives the fewest conflicts yet
-                if best is None or delta < best:
-                    best, moves = delta, [(v, c)]
-                elif delta == best:
-                    moves.append((v, c))
-        return best, moves
-
-
 #: Seconds Tabucol may take after belief propagation, at least, and per second the beliefs
 #: took: from the beliefs' colouring it removes a few conflicts or a few copies too many on
 #: a node in milliseconds, while from a colouring with ~80 conflicts far from the planted
@@ -864,20 +792,19 @@ def propagated_colour(
     tabu_seconds: float = 0.0,
 ) -> Placement | None:
     """Belief propagation's colouring (`_propagation`), then Tabucol from it to remove the
-    conflicts and overfilled nodes left (for `TABU_AFTER_BELIEFS` seconds, as long as the
-    beliefs took, or `tabu_seconds`, whichever is longest); None when that did not finish,
-    at `deadline`, or once `stop` is set. The caller checks the placement, as with
-    `tabu_colour`."""
+    conflicts and overfilled nodes left (for `TABU_AFTER_BELIEFS` seconds of this thread's
+    CPU time, as long as the beliefs took, or `tabu_seconds`, whichever is longest); None
+    when that did not finish, at `deadline`, or once `stop` is set. The caller checks the
+    placement, as with `tabu_colour`."""
     from escher.verify.engines._propagation import beliefs_colouring
 
     nodes = [sorted(_nodes_of(p, g.item[v])) for v in range(len(g.item))]
     if any(not ns for ns in nodes):
         return None
-    t0 = time.monotonic()
+    t0 = time.thread_time()
     start = beliefs_colouring(list(g.why), nodes, len(p.node_ids), deadline, seed)
     if start is None or (stop is not None and stop.is_set()):
         return None
-    took = time.monotonic() - t0
+    took = time.thread_time() - t0
     tabu = max(TABU_AFTER_BELIEFS, TABU_PER_BELIEF_SECOND * took, tabu_seconds)
-    until = min(deadline, time.monotonic() + tabu)
-    return tabu_colour(p, g, until, stop, seed, start)
+    return tabu_colour(p, g, deadline, stop, seed, start, tabu)

@@ -43,9 +43,10 @@ def swap_tabu(
     stop: threading.Event | None = None,
     seed: int = 0,
     start: Sequence[int] | None = None,
+    cpu: float | None = None,
 ) -> list[int] | None:
     """A colour per vertex with no neighbours alike and no colour over a capacity, or None
-    at `deadline` (or once `stop` is set).
+    at `deadline`, once `stop` is set, or past `cpu`.
 
     Args:
         adj: The neighbours of each vertex.
@@ -57,11 +58,14 @@ def swap_tabu(
         stop: Set from another thread to stop at once.
         seed: The random start and tie-breaks.
         start: A colour per vertex to begin from (else random among the allowed ones).
+        cpu: A `time.thread_time()` value: this thread's CPU budget (None: no budget).
     """
     search = _Search(adj, allowed, colours, loads, caps, seed, start)
     while not search.solved():
         if search.step % CLOCK_EVERY == 0 and (
-            time.monotonic() > deadline or (stop is not None and stop.is_set())
+            time.monotonic() > deadline
+            or (stop is not None and stop.is_set())
+            or (cpu is not None and time.thread_time() > cpu)
         ):
             return None
         search.move()
