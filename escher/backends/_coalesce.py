@@ -7,7 +7,9 @@ is about to launch or read (`flush`, a barrier: everything queued before it has 
 effect when it returns), or by a background thread once no call added to it for `window`
 seconds (or it is `max_delay` old); a call still choosing its nodes (`calling`) counts as
 adding, so a slow node read between two calls does not split their batch. One flush runs
-at a time, so writes to a node are applied in call order.
+at a time, so writes to a node are applied in call order. A caller that needs the writes
+only later (a pod create, not the launch that queues it) takes a `barrier` ticket, which
+starts the write at once without waiting, and `wait`s for it where it depends on it.
 
 A node write that fails changed nothing on that node (the backend's write is all or
 nothing per node); its error is owed to every thread whose calls it carried and raised by
@@ -80,6 +82,12 @@ class WriteCoalescer:
         )
         self._thread: threading.Thread | None = None
         self._closed = False
+        #: Batches taken for writing, and batches whose write ended (in order: one flush at
+        #: a time); a `barrier` ticket is the batch number a caller waits for.
+        self._taken = self._written = 0
+        self._written_cond = threading.Condition(self._lock)
+        #: A barrier asked for the queued batch: the background thread writes it at once.
+        self._urgent = False
         #: Calls queued and node writes sent, for tests and monitoring.
         self.calls = 0
         self.node_writes = 0
@@ -150,6 +158,24 @@ class WriteCoalescer:
             self._flush_once()
         self.raise_owed()
 
+    def barrier(self) -> int:
+        """Start writing what is queued now, without waiting for it; returns a ticket that
+        `wait` takes: everything queued before this call has taken effect once it returns.
+        """
+        with self._lock:
+            if not self._pending:
+                return self._taken  # nothing queued: at most a batch already being written
+            self._urgent = True
+            self._ensure_thread()
+            self._wake.notify()
+            return self._taken + 1  # the queued batch is the next one taken
+
+    def wait(self, ticket: int, timeout: float | None = None) -> bool:
+        """Wait until the writes of `ticket` (from `barrier`) ended, written or failed
+        (failures are owed to the threads whose calls they carried); False on timeout."""
+        with self._lock:
+            return self._written_cond.wait_for(lambda: self._written >= ticket, timeout)
+
     def raise_owed(self) -> None:
         """Raise the errors of failed writes that carried this thread's calls (once)."""
         if not self._owed:
@@ -166,16 +192,23 @@ class WriteCoalescer:
         with self._flush_lock:  # one flush at a time: a node's writes land in call order
             with self._lock:
                 batches, self._pending = self._pending, {}
-            if not batches:
-                return
+                if not batches:
+                    return
+                self._urgent = False
+                self._taken += 1
+                number = self._taken
+            errors: dict[str, BaseException] = {}
             try:
                 errors = dict(self._write({n: dict(b.capacities) for n, b in batches.items()}))
             except Exception as broke:  # the writer itself broke: every node failed
                 errors = dict.fromkeys(batches, broke)
-            with self._lock:
-                self.node_writes += len(batches)
-                for node, error in errors.items():
-                    self._owe(node, batches[node], error)
+            finally:
+                with self._lock:
+                    self.node_writes += len(batches)
+                    for node, error in errors.items():
+                        self._owe(node, batches[node], error)
+                    self._written = number
+                    self._written_cond.notify_all()
 
     def _owe(self, node: str, batch: _NodeBatch, exc: BaseException) -> None:
         """Record a failed node write for every thread whose calls it carried."""
@@ -204,8 +237,8 @@ class WriteCoalescer:
                 if self._closed:
                     return
                 now = time.monotonic()
-                due = self._first + self.max_delay
-                if not self._calling:  # a call still choosing its nodes may add to it
+                due = now if self._urgent else self._first + self.max_delay
+                if not self._calling and not self._urgent:  # a call still choosing its nodes may add to it
                     due = min(due, self._last + self.window)
                 if now < due:
                     self._wake.wait(due - now)

@@ -35,6 +35,9 @@ from escher.core.task import Status, StatusCode, TaskRef, TaskSpec, task_error
 log = logging.getLogger("escher.kubernetes")
 
 SESSION_RE = re.compile(r"[a-z0-9]{1,40}")
+#: A pod's create waits for the label writes queued before its launch (each node write
+#: gives up after `api_patience`); past this many seconds it says so in the log, again.
+WRITES_NOTE = 60.0
 
 
 def _check_ranges(namespace: str, conflict_retries: int, seconds: Mapping[str, float]) -> None:
@@ -333,10 +336,20 @@ class KubernetesBackend(Backend):
             ref.set_exception(task_error(reason + ". Ask for less or add a larger node.", ref,
                                  UnschedulableError))  # fmt: skip
             return ref
-        self._writes.flush()
+        # The label writes queued so far start now; the pod's create waits for them (not
+        # this call), so a burst's first pods are prepared while the nodes are written.
+        ticket = self._writes.barrier()
+        self._writes.raise_owed()
         self._hold_lease()
-        self._pods.submit(ref)
+        self._pods.submit(ref, ready=lambda: self._await_writes(ticket))
         return ref
+
+    def _await_writes(self, ticket: int) -> None:
+        """In a pod's create job: the label writes queued before its launch have ended."""
+        waited = 0.0
+        while not self._writes.wait(ticket, timeout=WRITES_NOTE):  # never before they end:
+            waited += WRITES_NOTE  # a shrink not in force yet could be over-committed
+            log.warning("a pod create has waited %.0f s for label writes to end", waited)
 
     # --- gangs --------------------------------------------------------------------------------
     def gate_support(self) -> GateSupport:
