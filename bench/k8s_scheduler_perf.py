@@ -13,10 +13,11 @@ between the pods of each of `groups` groups, written three ways in alternating r
 
 End to end = from the first policy constructor until every pod (init and measured) is bound.
 The launches follow the constructors at once, as a user's would (their pods' creates wait
-for the label writes, not the launches); setup = until the labels are on the nodes (timed
-by a thread beside the launches), bind = the rest. Each round prints setup, bind and end-to-end times and the ratio to that round's
-native, the CPU seconds of the client and the control plane (etcd, kube-apiserver,
-kube-scheduler) with its ratio, and the node writes escher sent; the summary gives medians.
+for the label writes, not the launches); setup = until the labels are on the nodes (timed by
+a thread beside the launches), bind = the rest. Each round prints setup, bind and end-to-end
+times and the ratio to that round's native, the CPU seconds of the client and the control
+plane (etcd, kube-apiserver, kube-scheduler) with its ratio, and the node writes escher
+sent; the summary gives medians.
 Every placement is checked (no two pods of a group on a node).
 
 Targets: end to end <= 1.0x native both ways; per-group within 10% of groups (setup and

@@ -238,7 +238,7 @@ class WriteCoalescer:
                     return
                 now = time.monotonic()
                 due = now if self._urgent else self._first + self.max_delay
-                if not self._calling and not self._urgent:  # a call still choosing its nodes may add to it
+                if not self._calling and not self._urgent:  # a call choosing nodes may add
                     due = min(due, self._last + self.window)
                 if now < due:
                     self._wake.wait(due - now)
