@@ -88,6 +88,8 @@ class WriteCoalescer:
         self._written_cond = threading.Condition(self._lock)
         #: A barrier asked for the queued batch: the background thread writes it at once.
         self._urgent = False
+        #: The batch being written (node -> label -> capacity), for `queued`.
+        self._writing: dict[str, dict[str, float]] = {}
         #: Calls queued and node writes sent, for tests and monitoring.
         self.calls = 0
         self.node_writes = 0
@@ -145,6 +147,16 @@ class WriteCoalescer:
         with self._lock:
             return {label for batch in self._pending.values() for label in batch.capacities}
 
+    def queued(self) -> dict[str, dict[str, float]]:
+        """node -> label -> capacity of every change not known to be written yet (the batch
+        being written, then what is queued after it: later calls win). Taken before a read
+        of the nodes, it completes that read with what earlier calls asked for."""
+        with self._lock:
+            out = {node: dict(caps) for node, caps in self._writing.items()}
+            for node, batch in self._pending.items():
+                out.setdefault(node, {}).update(batch.capacities)
+            return out
+
     def pending(self) -> bool:
         """True while some change is queued and not yet being written."""
         with self._lock:
@@ -197,9 +209,10 @@ class WriteCoalescer:
                 self._urgent = False
                 self._taken += 1
                 number = self._taken
+                self._writing = {n: dict(b.capacities) for n, b in batches.items()}
             errors: dict[str, BaseException] = {}
             try:
-                errors = dict(self._write({n: dict(b.capacities) for n, b in batches.items()}))
+                errors = dict(self._write({n: dict(c) for n, c in self._writing.items()}))
             except Exception as broke:  # the writer itself broke: every node failed
                 errors = dict.fromkeys(batches, broke)
             finally:
@@ -208,6 +221,7 @@ class WriteCoalescer:
                     for node, error in errors.items():
                         self._owe(node, batches[node], error)
                     self._written = number
+                    self._writing = {}
                     self._written_cond.notify_all()
 
     def _owe(self, node: str, batch: _NodeBatch, exc: BaseException) -> None:

@@ -283,10 +283,15 @@ class KubernetesBackend(Backend):
 
     # --- ephemeral resources ----------------------------------------------------------------
     def get_cluster_state(self) -> ClusterState:
-        """Every eligible node: allocatable, and allocatable minus requests of bound pods."""
+        """Every eligible node: allocatable, and allocatable minus requests of bound pods.
+
+        Label changes of calls that returned show as made even while their writes are still
+        queued (reading does not write them: the closes of several policies in a row still
+        make one write per node); a failed one is raised by the caller's next call.
+        """
         self._ensure_open()
-        self._writes.flush()
-        return self._nodes.state(self._clock.now())
+        self._writes.raise_owed()
+        return self._nodes.state(self._clock.now(), self._writes.queued())
 
     def _targets(self, spec: NodeSpec) -> list[str]:
         return self._nodes.targets(spec, self.current_node_id(), lambda: self._selection(spec))
@@ -294,14 +299,11 @@ class KubernetesBackend(Backend):
     def _selection(self, spec: NodeSpec) -> ClusterState:
         """The state a selector is evaluated on. Selecting by node labels or liveness (an
         empty vector) needs neither the pods nor the queued writes: the node list, read at
-        most `write_window` ago (the calls of a burst share one LIST). A vector that names
-        a label with a queued change sees it written first."""
+        most `write_window` ago (the calls of a burst share one LIST). A vector sees the
+        queued changes as made."""
         if spec.labels is not None or (spec.having is not None and not spec.having):
             return self._nodes.records_state(self._clock.now(), self._writes.window)
-        assert spec.having is not None
-        if set(spec.having) & self._writes.pending_labels():
-            self._writes.flush()
-        return self._nodes.state(self._clock.now())
+        return self._nodes.state(self._clock.now(), self._writes.queued())
 
     def _set_resource(self, label: str, capacity: float, spec: NodeSpec) -> list[str]:
         return self._set_resources({label: capacity}, spec)

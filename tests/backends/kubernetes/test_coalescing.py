@@ -79,10 +79,14 @@ def test_sequential_calls_become_one_write_per_node(k8s_cluster: Any, backend: A
     before = backend.node_writes
     for label in labels:  # as ten one-label policies set up one after another
         assert backend.set_resources({label: 1}, {}) == (NODE, OTHER)
-    state = backend.get_cluster_state()  # a read: the queue is written first
-    assert backend.node_writes - before == 2
+    state = backend.get_cluster_state()  # a read shows the queued changes as made ...
+    assert backend.node_writes == before  # ... without writing them
     for node in (NODE, OTHER):
         assert all(state.node(node).total[label] == 1 for label in labels)
+        assert all(state.node(node).available[label] == 1 for label in labels)
+    backend.flush_writes()
+    assert backend.node_writes - before == 2
+    for node in (NODE, OTHER):
         alloc = allocatable(k8s_cluster, node)
         assert all(alloc[f"escher.io/{label}"] == "1" for label in labels)
 
@@ -96,8 +100,11 @@ def test_later_calls_win_and_a_returned_call_is_seen_by_every_read(
     backend.set_resource(label, 0, NODE)
     backend.set_resource(label, 2, NODE)
     assert backend.get_cluster_state().node(NODE).total[label] == 2
+    backend.flush_writes()
+    assert allocatable(k8s_cluster, NODE)[f"escher.io/{label}"] == "2"
     backend.set_resource(label, 0, NODE)
-    assert label not in backend.get_cluster_state().node(NODE).total
+    assert label not in backend.get_cluster_state().node(NODE).total  # queued, shown
+    backend.flush_writes()
     assert f"escher.io/{label}" not in allocatable(k8s_cluster, NODE)
 
 
@@ -128,6 +135,7 @@ def test_many_threads_each_see_their_own_writes(k8s_cluster: Any) -> None:
             t.join(WAIT)
         assert not errors, errors
         state = backend.get_cluster_state()
+        backend.flush_writes()
         for node in (NODE, OTHER):
             alloc = allocatable(k8s_cluster, node)
             for label in labels:
@@ -218,7 +226,7 @@ def test_a_queued_shrink_is_in_force_before_the_next_launch(k8s_cluster: Any) ->
 def test_ten_one_group_policies_cost_the_writes_of_one_ten_group_policy(k8s_cluster: Any) -> None:
     from escher.esl import AntiAffinity
 
-    writes = {}
+    writes, closes = {}, {}
     for form in ("per-group", "groups"):
         backend = k8s_cluster.backend("extra", write_window=5.0)
         try:
@@ -226,19 +234,25 @@ def test_ten_one_group_policies_cost_the_writes_of_one_ten_group_policy(k8s_clus
                 policies = [AntiAffinity(backend, name=f"pg{i}") for i in range(10)]
             else:
                 policies = [AntiAffinity(backend, groups=[f"g{i}" for i in range(10)], name="all")]
+            backend.flush_writes()
             state = backend.get_cluster_state()
             writes[form] = backend.node_writes
             labels = [label for p in policies for label in p.ledger()]
             for node in (NODE, OTHER):
                 assert all(state.node(node).total[label] == 1 for label in labels)
-            for policy in policies:
+            for policy in policies:  # each close reads the nodes: that writes nothing
                 policy.close()
             assert not any(
                 label in backend.get_cluster_state().node(NODE).total for label in labels
             )
+            backend.flush_writes()
+            closes[form] = backend.node_writes - writes[form]
+            alloc = allocatable(k8s_cluster, NODE)
+            assert not any(f"escher.io/{label}" in alloc for label in labels)
         finally:
             backend.close()
     assert writes == {"per-group": 2, "groups": 2}  # one patch per node, either way
+    assert closes == {"per-group": 2, "groups": 2}  # and so do the closes
 
 
 def test_a_node_deleted_before_its_queued_write_owes_nothing(k8s_cluster: Any) -> None:
