@@ -3,13 +3,15 @@
 `set_resource(s)` calls queue their per-node changes here and return; changes to the same
 node merge (later calls win per label), so the writes of several calls and several ESLs
 made within a short window become one write per node. A batch is written when the backend
-is about to launch or read (`flush`, a barrier: everything queued before it has taken
-effect when it returns), or by a background thread once no call added to it for `window`
+needs it (`flush`, a barrier: everything queued before it has taken effect when it
+returns), or by a background thread once no call added to it for `window`
 seconds (or it is `max_delay` old); a call still choosing its nodes (`calling`) counts as
 adding, so a slow node read between two calls does not split their batch. One flush runs
 at a time, so writes to a node are applied in call order. A caller that needs the writes
 only later (a pod create, not the launch that queues it) takes a `barrier` ticket, which
-starts the write at once without waiting, and `wait`s for it where it depends on it.
+starts the write at once without waiting, and `wait`s for it where it depends on it. A
+read completes what it read with `queued` (the changes not known to be written yet)
+instead of writing them first.
 
 A node write that fails changed nothing on that node (the backend's write is all or
 nothing per node); its error is owed to every thread whose calls it carried and raised by
@@ -230,7 +232,7 @@ class WriteCoalescer:
         for thread, labels in batch.callers.items():
             text = (
                 f"writing {', '.join(sorted(labels))} on node {node!r} failed after the call "
-                f"returned (writes are coalesced and flushed before the next launch or read"
+                f"returned (writes are coalesced and written before the next launch's pod"
                 f"{f'; this write carried {others} other call(s)' if others > 0 else ''}); "
                 f"nothing changed on that node: {exc}"
             )

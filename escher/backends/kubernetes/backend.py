@@ -115,12 +115,13 @@ class KubernetesBackend(Backend):
         gang_timeout: Seconds a gang's members (`launch_gang`) may take to be bound
             together before the attempt is rolled back and tried again later.
         write_window: Label writes are coalesced: `set_resource(s)` queues its change and
-            returns; queued changes to a node become one patch, written before the next
-            launch or read of this backend, or once no call added to them for this many
-            seconds (at most 20 times that after the first). 0 writes each call before it
-            returns. Launches and reads write at once, so the window only delays what other
-            processes see; 0.2 s keeps the calls of a burst together on a loaded machine
-            (a thread kept off the CPU for longer than the window split the batch).
+            returns; queued changes to a node become one patch, written as soon as a launch
+            needs them (its pod is created after them), or once no call added to them for
+            this many seconds (at most 20 times that after the first); reads show them as
+            made. 0 writes each call before it returns. Launches write at once, so the window
+            only delays what other processes see; 0.2 s keeps the calls of a burst together
+            on a loaded machine (a thread kept off the CPU for longer than the window split
+            the batch).
         scheduling_gates: Whether the server has pod scheduling gates: None asks it
             (its OpenAPI document, once); True uses gated gangs anyway (on a server that
             drops the gate, members are bound as they come and still run only once all
