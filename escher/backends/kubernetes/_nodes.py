@@ -255,15 +255,15 @@ class NodeStore:
         """`rec` as it is once `capacities` are written (0 deletes a label)."""
         if not capacities:
             return rec
-        sections = {"capacity": dict(rec.capacity), "allocatable": dict(rec.allocatable)}
-        for label, capacity in capacities.items():
+        capacity, allocatable = dict(rec.capacity), dict(rec.allocatable)
+        for label, value in capacities.items():
             resource = self._names.resource(label)
-            for section in sections.values():
-                if capacity > 0:
-                    section[resource] = format_quantity(resource, capacity)
+            for section in (capacity, allocatable):
+                if value > 0:
+                    section[resource] = format_quantity(resource, value)
                 else:
                     section.pop(resource, None)
-        return dataclasses.replace(rec, **sections)
+        return dataclasses.replace(rec, capacity=capacity, allocatable=allocatable)
 
     def _bound_pods(self) -> list[dict[str, Any]]:
         try:
