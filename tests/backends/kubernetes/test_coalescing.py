@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -190,6 +191,44 @@ def test_a_failed_batch_reaches_exactly_the_callers_it_carried(
         for caller in (a, b, c):
             caller.close()
         raw_patch(k8s_cluster, NODE, f"escher.io/{taken}", None)
+
+
+def test_a_vector_selector_sees_queued_changes_without_writing_them(
+    k8s_cluster: Any, backend: Any
+) -> None:
+    marker, follower = fresh("m"), fresh("f")
+    before = backend.node_writes
+    backend.set_resource(marker, 2, NODE)  # queued
+    assert backend.set_resource(follower, 1, {marker: 1}) == (NODE,)  # selected by it
+    assert backend.node_writes == before  # the selection wrote nothing
+    state = backend.get_cluster_state()
+    assert state.node(NODE).total[follower] == 1 and follower not in state.node(OTHER).total
+    backend.flush_writes()
+    assert backend.node_writes == before + 1  # both changes in one patch
+    alloc = allocatable(k8s_cluster, NODE)
+    assert alloc[f"escher.io/{marker}"] == "2" and alloc[f"escher.io/{follower}"] == "1"
+    backend.set_resources({marker: 0, follower: 0}, NODE)
+
+
+def test_a_launch_returns_before_its_labels_are_written_and_its_pod_waits_for_them(
+    k8s_cluster: Any,
+) -> None:
+    backend = k8s_cluster.backend("extra", write_window=5.0)
+    label = fresh("slot")
+    held = backend._nodes._node_lock(NODE)  # the node's writer waits for this lock
+    try:
+        backend.set_resource(label, 1, NODE)  # queued; nowhere else
+        spec = TaskSpec(_tasks.span, (0.1,), resources=Resources({label: 1}), name=label)
+        with held:  # the write cannot land while the launch runs
+            ref = backend.launch(spec)  # returns: it does not wait for the write
+            time.sleep(1.0)
+            pods = k8s_cluster.api.list_namespaced_pod(k8s_cluster.namespace).items
+            assert not [p for p in pods if p.metadata.name.startswith(f"escher-{label}-")]
+        assert ref.result(timeout=WAIT)[0] == NODE  # created once the write landed
+        assert backend.node_writes == 1
+    finally:
+        backend.set_resource(label, 0, NODE)
+        backend.close()
 
 
 def test_bad_input_is_refused_at_once_and_queues_nothing(k8s_cluster: Any, backend: Any) -> None:
