@@ -292,7 +292,8 @@ class KubernetesBackend(Backend):
         """
         self._ensure_open()
         self._writes.raise_owed()
-        return self._nodes.state(self._clock.now(), self._writes.queued())
+        with self._writes.calling():  # a read often precedes a write (a close's deletes)
+            return self._nodes.state(self._clock.now(), self._writes.queued())
 
     def _targets(self, spec: NodeSpec) -> list[str]:
         return self._nodes.targets(spec, self.current_node_id(), lambda: self._selection(spec))
