@@ -11,10 +11,13 @@ between the pods of each of `groups` groups, written three ways in alternating r
   page writes it;
 * ``escher-groups``: one `AntiAffinity(groups=[...])` for all groups.
 
-End to end = policy setup (until the labels are on the nodes) + every pod (init and measured)
-bound. Each round prints setup, bind and end-to-end times and the ratio to that round's
-native, the CPU seconds of the client and the control plane (etcd, kube-apiserver,
-kube-scheduler) with its ratio, and the node writes escher sent; the summary gives medians.
+End to end = from the first policy constructor until every pod (init and measured) is bound.
+The launches follow the constructors at once, as a user's would (their pods' creates wait
+for the label writes, not the launches); setup = until the labels are on the nodes (timed by
+a thread beside the launches), bind = the rest. Each round prints setup, bind and end-to-end
+times and the ratio to that round's native, the CPU seconds of the client and the control
+plane (etcd, kube-apiserver, kube-scheduler) with its ratio, and the node writes escher
+sent; the summary gives medians.
 Every placement is checked (no two pods of a group on a node).
 
 Targets: end to end <= 1.0x native both ways; per-group within 10% of groups (setup and
@@ -335,8 +338,14 @@ def escher(cp: ControlPlane, work: dict[str, int], groups: int, way: str) -> dic
             policies = [one]
             launchers = [one.group(g) for g in names]
         requests = [launcher.constraint().resources for launcher in launchers]
-        backend.flush_writes()  # setup ends once the labels are on the nodes
-        setup = time.perf_counter() - t0
+        setup_end = [t0]
+
+        def flush() -> None:  # setup ends once the labels are on the nodes
+            backend.flush_writes()
+            setup_end[0] = time.perf_counter()
+
+        landed = threading.Thread(target=flush)
+        landed.start()  # (timed beside the launches, which a user makes at once)
         refs: list[Any] = []
         for i in range(total):
             j = i % groups
@@ -346,6 +355,8 @@ def escher(cp: ControlPlane, work: dict[str, int], groups: int, way: str) -> dic
             )  # fmt: skip
             refs.append(launchers[j].launch_spec(spec))
         submitted = time.perf_counter() - t0
+        landed.join(timeout=VARIANT_TIMEOUT)
+        setup = setup_end[0] - t0
 
         def failed() -> int:  # launches that ended without a pod (their create failed)
             return sum(1 for ref in refs if ref.done())

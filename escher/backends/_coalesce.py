@@ -3,11 +3,15 @@
 `set_resource(s)` calls queue their per-node changes here and return; changes to the same
 node merge (later calls win per label), so the writes of several calls and several ESLs
 made within a short window become one write per node. A batch is written when the backend
-is about to launch or read (`flush`, a barrier: everything queued before it has taken
-effect when it returns), or by a background thread once no call added to it for `window`
+needs it (`flush`, a barrier: everything queued before it has taken effect when it
+returns), or by a background thread once no call added to it for `window`
 seconds (or it is `max_delay` old); a call still choosing its nodes (`calling`) counts as
 adding, so a slow node read between two calls does not split their batch. One flush runs
-at a time, so writes to a node are applied in call order.
+at a time, so writes to a node are applied in call order. A caller that needs the writes
+only later (a pod create, not the launch that queues it) takes a `barrier` ticket, which
+starts the write at once without waiting, and `wait`s for it where it depends on it. A
+read completes what it read with `queued` (the changes not known to be written yet)
+instead of writing them first.
 
 A node write that fails changed nothing on that node (the backend's write is all or
 nothing per node); its error is owed to every thread whose calls it carried and raised by
@@ -80,6 +84,14 @@ class WriteCoalescer:
         )
         self._thread: threading.Thread | None = None
         self._closed = False
+        #: Batches taken for writing, and batches whose write ended (in order: one flush at
+        #: a time); a `barrier` ticket is the batch number a caller waits for.
+        self._taken = self._written = 0
+        self._written_cond = threading.Condition(self._lock)
+        #: A barrier asked for the queued batch: the background thread writes it at once.
+        self._urgent = False
+        #: The batch being written (node -> label -> capacity), for `queued`.
+        self._writing: dict[str, dict[str, float]] = {}
         #: Calls queued and node writes sent, for tests and monitoring.
         self.calls = 0
         self.node_writes = 0
@@ -137,6 +149,16 @@ class WriteCoalescer:
         with self._lock:
             return {label for batch in self._pending.values() for label in batch.capacities}
 
+    def queued(self) -> dict[str, dict[str, float]]:
+        """node -> label -> capacity of every change not known to be written yet (the batch
+        being written, then what is queued after it: later calls win). Taken before a read
+        of the nodes, it completes that read with what earlier calls asked for."""
+        with self._lock:
+            out = {node: dict(caps) for node, caps in self._writing.items()}
+            for node, batch in self._pending.items():
+                out.setdefault(node, {}).update(batch.capacities)
+            return out
+
     def pending(self) -> bool:
         """True while some change is queued and not yet being written."""
         with self._lock:
@@ -149,6 +171,24 @@ class WriteCoalescer:
         if self._pending or self._flush_lock.locked():
             self._flush_once()
         self.raise_owed()
+
+    def barrier(self) -> int:
+        """Start writing what is queued now, without waiting for it; returns a ticket that
+        `wait` takes: everything queued before this call has taken effect once it returns.
+        """
+        with self._lock:
+            if not self._pending:
+                return self._taken  # nothing queued: at most a batch already being written
+            self._urgent = True
+            self._ensure_thread()
+            self._wake.notify()
+            return self._taken + 1  # the queued batch is the next one taken
+
+    def wait(self, ticket: int, timeout: float | None = None) -> bool:
+        """Wait until the writes of `ticket` (from `barrier`) ended, written or failed
+        (failures are owed to the threads whose calls they carried); False on timeout."""
+        with self._lock:
+            return self._written_cond.wait_for(lambda: self._written >= ticket, timeout)
 
     def raise_owed(self) -> None:
         """Raise the errors of failed writes that carried this thread's calls (once)."""
@@ -166,16 +206,25 @@ class WriteCoalescer:
         with self._flush_lock:  # one flush at a time: a node's writes land in call order
             with self._lock:
                 batches, self._pending = self._pending, {}
-            if not batches:
-                return
+                if not batches:
+                    return
+                self._urgent = False
+                self._taken += 1
+                number = self._taken
+                self._writing = {n: dict(b.capacities) for n, b in batches.items()}
+            errors: dict[str, BaseException] = {}
             try:
-                errors = dict(self._write({n: dict(b.capacities) for n, b in batches.items()}))
+                errors = dict(self._write({n: dict(c) for n, c in self._writing.items()}))
             except Exception as broke:  # the writer itself broke: every node failed
                 errors = dict.fromkeys(batches, broke)
-            with self._lock:
-                self.node_writes += len(batches)
-                for node, error in errors.items():
-                    self._owe(node, batches[node], error)
+            finally:
+                with self._lock:
+                    self.node_writes += len(batches)
+                    for node, error in errors.items():
+                        self._owe(node, batches[node], error)
+                    self._written = number
+                    self._writing = {}
+                    self._written_cond.notify_all()
 
     def _owe(self, node: str, batch: _NodeBatch, exc: BaseException) -> None:
         """Record a failed node write for every thread whose calls it carried."""
@@ -183,7 +232,7 @@ class WriteCoalescer:
         for thread, labels in batch.callers.items():
             text = (
                 f"writing {', '.join(sorted(labels))} on node {node!r} failed after the call "
-                f"returned (writes are coalesced and flushed before the next launch or read"
+                f"returned (writes are coalesced and written before the next launch's pod"
                 f"{f'; this write carried {others} other call(s)' if others > 0 else ''}); "
                 f"nothing changed on that node: {exc}"
             )
@@ -204,8 +253,8 @@ class WriteCoalescer:
                 if self._closed:
                     return
                 now = time.monotonic()
-                due = self._first + self.max_delay
-                if not self._calling:  # a call still choosing its nodes may add to it
+                due = now if self._urgent else self._first + self.max_delay
+                if not self._calling and not self._urgent:  # a call choosing nodes may add
                     due = min(due, self._last + self.window)
                 if now < due:
                     self._wake.wait(due - now)

@@ -153,3 +153,51 @@ def test_close_writes_what_is_queued() -> None:
     assert rec.nodes == {"a": {"x": 1}}
     writes.submit(["a"], {"x": 2})  # after close: written at once
     assert rec.nodes == {"a": {"x": 2}}
+
+
+def test_a_barrier_starts_the_write_without_waiting_and_its_ticket_waits_for_it() -> None:
+    """A launch takes a ticket and returns; its pod's create waits on it. The write starts
+    at once (not after the window), and a ticket covers every call queued before it."""
+    rec = Recorder()
+    rec.delay = 0.3
+    writes = WriteCoalescer(rec, window=60)  # only the barrier can start this write
+    writes.submit(["a", "b"], {"x": 1})
+    writes.submit(["a"], {"y": 2})
+    start = time.monotonic()
+    ticket = writes.barrier()
+    assert time.monotonic() - start < 0.2  # did not wait for the write
+    assert not writes.wait(ticket, timeout=0.01)
+    assert writes.wait(ticket, timeout=10)
+    assert rec.nodes == {"a": {"x": 1, "y": 2}, "b": {"x": 1}} and len(rec.batches) == 1
+    assert writes.wait(writes.barrier(), timeout=0)  # nothing queued: nothing to wait for
+    writes.close()
+
+
+def test_a_ticket_taken_during_a_write_waits_for_that_write_and_not_the_next() -> None:
+    rec = Recorder()
+    rec.delay = 0.3
+    writes = WriteCoalescer(rec, window=60)
+    writes.submit(["a"], {"x": 1})
+    first = writes.barrier()
+    deadline = time.monotonic() + 10
+    while writes.pending() and time.monotonic() < deadline:  # the write has begun
+        time.sleep(0.005)
+    during = writes.barrier()  # nothing queued, but the batch being written is owed
+    assert during == first
+    writes.submit(["a"], {"x": 2})
+    later = writes.barrier()
+    assert later == first + 1
+    assert writes.wait(during, timeout=10)
+    assert writes.wait(later, timeout=10) and rec.nodes == {"a": {"x": 2}}
+    writes.close()
+
+
+def test_a_failed_write_ends_its_ticket_and_is_owed_to_the_caller() -> None:
+    rec = Recorder()
+    writes = WriteCoalescer(rec, window=60)
+    rec.failing["a"] = ConflictError("kept changing")
+    writes.submit(["a"], {"x": 1})
+    assert writes.wait(writes.barrier(), timeout=10)  # ended, though it failed
+    with pytest.raises(ConflictError, match="writing x on node 'a' failed"):
+        writes.raise_owed()
+    writes.close()

@@ -162,8 +162,13 @@ class PodLifecycle:
         self.closed = False
 
     # --- launching ----------------------------------------------------------------------------
-    def submit(self, ref: TaskRef) -> None:
+    def submit(self, ref: TaskRef, ready: Callable[[], None] | None = None) -> None:
         """Queue the first pod of `ref`'s task; the pipeline creates it.
+
+        Args:
+            ref: The task's handle.
+            ready: Called by the create job before it creates the pod: waits for what the
+                pod depends on (the label writes queued before the launch).
 
         Raises:
             ConfigError: a callable without an image, a container task without one.
@@ -174,7 +179,7 @@ class PodLifecycle:
         with self._lock:
             self._by_ref[ref.id] = task
         self._started()
-        self._queue(task, name, manifest)
+        self._queue(task, name, manifest, ready)
 
     def _lane(self, spec: TaskSpec) -> tuple[str, ...] | None:
         """Pods asking for the same labels are created in launch order; others in any order."""
@@ -185,12 +190,24 @@ class PodLifecycle:
         name = pod_name(task.spec.name)
         return name, self._manifest(task, name)
 
-    def _queue(self, task: _Task, name: str, manifest: dict[str, Any]) -> None:
+    def _queue(
+        self,
+        task: _Task,
+        name: str,
+        manifest: dict[str, Any],
+        ready: Callable[[], None] | None = None,
+    ) -> None:
         with self._lock:
             self._tasks[name] = task
         with task.lock:
             task.pod, task.uid, task.node, task.running = name, "", "", False
-        self._pipeline.put(self._lane(task.spec), lambda: self._create(task, name, manifest))
+
+        def create() -> None:
+            if ready is not None:
+                ready()
+            self._create(task, name, manifest)
+
+        self._pipeline.put(self._lane(task.spec), create)
 
     def _manifest(self, task: _Task, name: str) -> dict[str, Any]:
         spec, opts = task.spec, self.options

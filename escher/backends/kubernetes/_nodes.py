@@ -9,6 +9,7 @@ different nodes written concurrently by a bounded pool of threads.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import random
 import threading
 import time
@@ -235,10 +236,34 @@ class NodeStore:
             f"no node {node!r}{eligible} in the cluster.{did_you_mean(node, known)}"
         )
 
-    def state(self, now: float) -> ClusterState:
-        """Every eligible node: allocatable, and allocatable minus requests of bound pods."""
+    def state(
+        self, now: float, queued: Mapping[str, Mapping[str, float]] | None = None
+    ) -> ClusterState:
+        """Every eligible node: allocatable, and allocatable minus requests of bound pods.
+
+        Args:
+            now: The state's time.
+            queued: node -> label -> capacity of writes not known to be on the server yet
+                (taken before this call): the state shows them as written.
+        """
         records = self.list_records()
+        if queued:
+            records = [self.with_labels(rec, queued.get(rec.name)) for rec in records]
         return build_state(records, Usage.of(self._bound_pods()), self._names, now)
+
+    def with_labels(self, rec: NodeRecord, capacities: Mapping[str, float] | None) -> NodeRecord:
+        """`rec` as it is once `capacities` are written (0 deletes a label)."""
+        if not capacities:
+            return rec
+        capacity, allocatable = dict(rec.capacity), dict(rec.allocatable)
+        for label, value in capacities.items():
+            resource = self._names.resource(label)
+            for section in (capacity, allocatable):
+                if value > 0:
+                    section[resource] = format_quantity(resource, value)
+                else:
+                    section.pop(resource, None)
+        return dataclasses.replace(rec, capacity=capacity, allocatable=allocatable)
 
     def _bound_pods(self) -> list[dict[str, Any]]:
         try:

@@ -35,6 +35,9 @@ from escher.core.task import Status, StatusCode, TaskRef, TaskSpec, task_error
 log = logging.getLogger("escher.kubernetes")
 
 SESSION_RE = re.compile(r"[a-z0-9]{1,40}")
+#: A pod's create waits for the label writes queued before its launch (each node write
+#: gives up after `api_patience`); past this many seconds it says so in the log, again.
+WRITES_NOTE = 60.0
 
 
 def _check_ranges(namespace: str, conflict_retries: int, seconds: Mapping[str, float]) -> None:
@@ -112,12 +115,13 @@ class KubernetesBackend(Backend):
         gang_timeout: Seconds a gang's members (`launch_gang`) may take to be bound
             together before the attempt is rolled back and tried again later.
         write_window: Label writes are coalesced: `set_resource(s)` queues its change and
-            returns; queued changes to a node become one patch, written before the next
-            launch or read of this backend, or once no call added to them for this many
-            seconds (at most 20 times that after the first). 0 writes each call before it
-            returns. Launches and reads write at once, so the window only delays what other
-            processes see; 0.2 s keeps the calls of a burst together on a loaded machine
-            (a thread kept off the CPU for longer than the window split the batch).
+            returns; queued changes to a node become one patch, written as soon as a launch
+            needs them (its pod is created after them), or once no call added to them for
+            this many seconds (at most 20 times that after the first); reads show them as
+            made. 0 writes each call before it returns. Launches write at once, so the window
+            only delays what other processes see; 0.2 s keeps the calls of a burst together
+            on a loaded machine (a thread kept off the CPU for longer than the window split
+            the batch).
         scheduling_gates: Whether the server has pod scheduling gates: None asks it
             (its OpenAPI document, once); True uses gated gangs anyway (on a server that
             drops the gate, members are bound as they come and still run only once all
@@ -280,10 +284,16 @@ class KubernetesBackend(Backend):
 
     # --- ephemeral resources ----------------------------------------------------------------
     def get_cluster_state(self) -> ClusterState:
-        """Every eligible node: allocatable, and allocatable minus requests of bound pods."""
+        """Every eligible node: allocatable, and allocatable minus requests of bound pods.
+
+        Label changes of calls that returned show as made even while their writes are still
+        queued (reading does not write them: the closes of several policies in a row still
+        make one write per node); a failed one is raised by the caller's next call.
+        """
         self._ensure_open()
-        self._writes.flush()
-        return self._nodes.state(self._clock.now())
+        self._writes.raise_owed()
+        with self._writes.calling():  # a read often precedes a write (a close's deletes)
+            return self._nodes.state(self._clock.now(), self._writes.queued())
 
     def _targets(self, spec: NodeSpec) -> list[str]:
         return self._nodes.targets(spec, self.current_node_id(), lambda: self._selection(spec))
@@ -291,14 +301,11 @@ class KubernetesBackend(Backend):
     def _selection(self, spec: NodeSpec) -> ClusterState:
         """The state a selector is evaluated on. Selecting by node labels or liveness (an
         empty vector) needs neither the pods nor the queued writes: the node list, read at
-        most `write_window` ago (the calls of a burst share one LIST). A vector that names
-        a label with a queued change sees it written first."""
+        most `write_window` ago (the calls of a burst share one LIST). A vector sees the
+        queued changes as made."""
         if spec.labels is not None or (spec.having is not None and not spec.having):
             return self._nodes.records_state(self._clock.now(), self._writes.window)
-        assert spec.having is not None
-        if set(spec.having) & self._writes.pending_labels():
-            self._writes.flush()
-        return self._nodes.state(self._clock.now())
+        return self._nodes.state(self._clock.now(), self._writes.queued())
 
     def _set_resource(self, label: str, capacity: float, spec: NodeSpec) -> list[str]:
         return self._set_resources({label: capacity}, spec)
@@ -333,10 +340,20 @@ class KubernetesBackend(Backend):
             ref.set_exception(task_error(reason + ". Ask for less or add a larger node.", ref,
                                  UnschedulableError))  # fmt: skip
             return ref
-        self._writes.flush()
+        # The label writes queued so far start now; the pod's create waits for them (not
+        # this call), so a burst's first pods are prepared while the nodes are written.
+        ticket = self._writes.barrier()
+        self._writes.raise_owed()
         self._hold_lease()
-        self._pods.submit(ref)
+        self._pods.submit(ref, ready=lambda: self._await_writes(ticket))
         return ref
+
+    def _await_writes(self, ticket: int) -> None:
+        """In a pod's create job: the label writes queued before its launch have ended."""
+        waited = 0.0
+        while not self._writes.wait(ticket, timeout=WRITES_NOTE):  # never before they end:
+            waited += WRITES_NOTE  # a shrink not in force yet could be over-committed
+            log.warning("a pod create has waited %.0f s for label writes to end", waited)
 
     # --- gangs --------------------------------------------------------------------------------
     def gate_support(self) -> GateSupport:

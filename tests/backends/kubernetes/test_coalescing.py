@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -79,10 +80,14 @@ def test_sequential_calls_become_one_write_per_node(k8s_cluster: Any, backend: A
     before = backend.node_writes
     for label in labels:  # as ten one-label policies set up one after another
         assert backend.set_resources({label: 1}, {}) == (NODE, OTHER)
-    state = backend.get_cluster_state()  # a read: the queue is written first
-    assert backend.node_writes - before == 2
+    state = backend.get_cluster_state()  # a read shows the queued changes as made ...
+    assert backend.node_writes == before  # ... without writing them
     for node in (NODE, OTHER):
         assert all(state.node(node).total[label] == 1 for label in labels)
+        assert all(state.node(node).available[label] == 1 for label in labels)
+    backend.flush_writes()
+    assert backend.node_writes - before == 2
+    for node in (NODE, OTHER):
         alloc = allocatable(k8s_cluster, node)
         assert all(alloc[f"escher.io/{label}"] == "1" for label in labels)
 
@@ -96,8 +101,11 @@ def test_later_calls_win_and_a_returned_call_is_seen_by_every_read(
     backend.set_resource(label, 0, NODE)
     backend.set_resource(label, 2, NODE)
     assert backend.get_cluster_state().node(NODE).total[label] == 2
+    backend.flush_writes()
+    assert allocatable(k8s_cluster, NODE)[f"escher.io/{label}"] == "2"
     backend.set_resource(label, 0, NODE)
-    assert label not in backend.get_cluster_state().node(NODE).total
+    assert label not in backend.get_cluster_state().node(NODE).total  # queued, shown
+    backend.flush_writes()
     assert f"escher.io/{label}" not in allocatable(k8s_cluster, NODE)
 
 
@@ -128,6 +136,7 @@ def test_many_threads_each_see_their_own_writes(k8s_cluster: Any) -> None:
             t.join(WAIT)
         assert not errors, errors
         state = backend.get_cluster_state()
+        backend.flush_writes()
         for node in (NODE, OTHER):
             alloc = allocatable(k8s_cluster, node)
             for label in labels:
@@ -184,6 +193,44 @@ def test_a_failed_batch_reaches_exactly_the_callers_it_carried(
         raw_patch(k8s_cluster, NODE, f"escher.io/{taken}", None)
 
 
+def test_a_vector_selector_sees_queued_changes_without_writing_them(
+    k8s_cluster: Any, backend: Any
+) -> None:
+    marker, follower = fresh("m"), fresh("f")
+    before = backend.node_writes
+    backend.set_resource(marker, 2, NODE)  # queued
+    assert backend.set_resource(follower, 1, {marker: 1}) == (NODE,)  # selected by it
+    assert backend.node_writes == before  # the selection wrote nothing
+    state = backend.get_cluster_state()
+    assert state.node(NODE).total[follower] == 1 and follower not in state.node(OTHER).total
+    backend.flush_writes()
+    assert backend.node_writes == before + 1  # both changes in one patch
+    alloc = allocatable(k8s_cluster, NODE)
+    assert alloc[f"escher.io/{marker}"] == "2" and alloc[f"escher.io/{follower}"] == "1"
+    backend.set_resources({marker: 0, follower: 0}, NODE)
+
+
+def test_a_launch_returns_before_its_labels_are_written_and_its_pod_waits_for_them(
+    k8s_cluster: Any,
+) -> None:
+    backend = k8s_cluster.backend("extra", write_window=5.0)
+    label = fresh("slot")
+    held = backend._nodes._node_lock(NODE)  # the node's writer waits for this lock
+    try:
+        backend.set_resource(label, 1, NODE)  # queued; nowhere else
+        spec = TaskSpec(_tasks.span, (0.1,), resources=Resources({label: 1}), name=label)
+        with held:  # the write cannot land while the launch runs
+            ref = backend.launch(spec)  # returns: it does not wait for the write
+            time.sleep(1.0)
+            pods = k8s_cluster.api.list_namespaced_pod(k8s_cluster.namespace).items
+            assert not [p for p in pods if p.metadata.name.startswith(f"escher-{label}-")]
+        assert ref.result(timeout=WAIT)[0] == NODE  # created once the write landed
+        assert backend.node_writes == 1
+    finally:
+        backend.set_resource(label, 0, NODE)
+        backend.close()
+
+
 def test_bad_input_is_refused_at_once_and_queues_nothing(k8s_cluster: Any, backend: Any) -> None:
     label = fresh()
     with pytest.raises(InvalidResourceNameError):
@@ -218,7 +265,7 @@ def test_a_queued_shrink_is_in_force_before_the_next_launch(k8s_cluster: Any) ->
 def test_ten_one_group_policies_cost_the_writes_of_one_ten_group_policy(k8s_cluster: Any) -> None:
     from escher.esl import AntiAffinity
 
-    writes = {}
+    writes, closes = {}, {}
     for form in ("per-group", "groups"):
         backend = k8s_cluster.backend("extra", write_window=5.0)
         try:
@@ -226,19 +273,25 @@ def test_ten_one_group_policies_cost_the_writes_of_one_ten_group_policy(k8s_clus
                 policies = [AntiAffinity(backend, name=f"pg{i}") for i in range(10)]
             else:
                 policies = [AntiAffinity(backend, groups=[f"g{i}" for i in range(10)], name="all")]
+            backend.flush_writes()
             state = backend.get_cluster_state()
             writes[form] = backend.node_writes
             labels = [label for p in policies for label in p.ledger()]
             for node in (NODE, OTHER):
                 assert all(state.node(node).total[label] == 1 for label in labels)
-            for policy in policies:
+            for policy in policies:  # each close reads the nodes: that writes nothing
                 policy.close()
             assert not any(
                 label in backend.get_cluster_state().node(NODE).total for label in labels
             )
+            backend.flush_writes()
+            closes[form] = backend.node_writes - writes[form]
+            alloc = allocatable(k8s_cluster, NODE)
+            assert not any(f"escher.io/{label}" in alloc for label in labels)
         finally:
             backend.close()
     assert writes == {"per-group": 2, "groups": 2}  # one patch per node, either way
+    assert closes == {"per-group": 2, "groups": 2}  # and so do the closes
 
 
 def test_a_node_deleted_before_its_queued_write_owes_nothing(k8s_cluster: Any) -> None:
